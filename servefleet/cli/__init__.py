@@ -1,0 +1,1 @@
+"""Entry points: the ``servefleet`` command line."""

@@ -1,0 +1,157 @@
+"""Node inventory: one YAML file per machine under ``nodes/``."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from servefleet.core.models.common import AbsPath, Name, SafeToken, SingleLine, StrictModel
+
+HOST_KEY_RE = re.compile(
+    r"^(ssh-ed25519|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|ssh-rsa)"
+    r" [A-Za-z0-9+/]+={0,3}( .*)?$"
+)
+COMPUTE_CAPABILITY_RE = re.compile(r"^\d{1,2}\.\d$")
+
+
+class SshSettings(StrictModel):
+    """How servefleet reaches the node over SSH."""
+
+    user: SafeToken = "root"
+    """Remote user that owns the base directory and may run ``docker``."""
+    port: int = Field(22, ge=1, le=65535)
+    """TCP port of the node's sshd."""
+    identity_file: AbsPath | None = None
+    """Private key file on the control machine; leave empty to use the SSH agent."""
+    agent: bool = False
+    """Use keys from a running ssh-agent (``SSH_AUTH_SOCK``)."""
+    host_keys: list[str] = Field(default_factory=list)
+    """Pinned host public keys (``ssh-ed25519 AAAA…``). A node presenting any other key is
+    refused; there is no trust-on-first-use."""
+    connect_timeout_seconds: float = Field(10.0, gt=0, le=300)
+    """Give up connecting after this many seconds (retried with backoff)."""
+
+    @field_validator("host_keys")
+    @classmethod
+    def _host_keys_are_openssh_lines(cls, keys: list[str]) -> list[str]:
+        for key in keys:
+            if not HOST_KEY_RE.match(key.strip()):
+                raise ValueError(
+                    f"{key[:40]!r}… is not an OpenSSH public key line; paste the output of "
+                    "`ssh-keyscan -t ed25519 HOST` without the host name"
+                )
+        return [k.strip() for k in keys]
+
+    @model_validator(mode="after")
+    def _some_way_to_authenticate(self) -> SshSettings:
+        if self.identity_file is None and not self.agent:
+            raise ValueError("set ssh.identity_file or ssh.agent: true")
+        return self
+
+
+class Gpu(StrictModel):
+    """One kind of GPU in the node (``count`` identical devices)."""
+
+    name: SingleLine
+    """Device name as NVML reports it, e.g. ``NVIDIA GB10``."""
+    count: int = Field(1, ge=1, le=64)
+    """How many of these GPUs the node has."""
+    memory_gib: float = Field(gt=0, le=4096)
+    """Memory per device in GiB (for unified-memory devices: the shared pool)."""
+    unified_memory: bool = False
+    """CPU and GPU share one memory pool (GB10, Jetson): vLLM then measures free memory
+    from the host, and the OS, page cache and other containers compete for it."""
+    compute_capability: str
+    """CUDA compute capability as ``major.minor`` (GB10: ``12.1``; RTX 5090: ``12.0``)."""
+
+    @field_validator("compute_capability")
+    @classmethod
+    def _cc_format(cls, value: str) -> str:
+        if not COMPUTE_CAPABILITY_RE.match(value):
+            raise ValueError(f"{value!r} is not a compute capability like '12.1'")
+        return value
+
+    @property
+    def sm(self) -> tuple[int, int]:
+        """The compute capability as a comparable tuple, e.g. ``(12, 1)``."""
+        major, minor = self.compute_capability.split(".")
+        return int(major), int(minor)
+
+
+class SimSettings(StrictModel):
+    """Present only on simulated nodes: where the test bed controls the node."""
+
+    control_dir: AbsPath
+    """Folder mounted into the stand-in engine; fault markers and the GPU readout live here."""
+
+
+class Node(StrictModel):
+    """One machine of the fleet."""
+
+    name: Name
+    """Node name; must equal the file name without ``.yaml``."""
+    address: SafeToken
+    """Host name or IP address servefleet connects to."""
+    ssh: SshSettings
+    """SSH connection settings."""
+    arch: Literal["x86_64", "aarch64"]
+    """CPU architecture (``uname -m``); DGX Spark is ``aarch64``."""
+    gpus: list[Gpu] = Field(min_length=1)
+    """The node's GPUs."""
+    host_memory_gib: float | None = Field(None, gt=0)
+    """System RAM in GiB; for unified-memory nodes the same pool as the GPU's."""
+    driver_version: SafeToken | None = None
+    """Expected NVIDIA driver version (e.g. ``580.142``); drift checks compare against it."""
+    cuda_version: SafeToken | None = None
+    """Expected CUDA driver version (e.g. ``13.0``)."""
+    base_dir: AbsPath = "/srv/servefleet"
+    """Folder on the node that holds every deployment's releases."""
+    hf_cache: AbsPath = "/root/.cache/huggingface"
+    """Hugging Face cache folder on the node, mounted into engines."""
+    models_dir: AbsPath | None = None
+    """Folder on the node with local model files (GGUF), mounted read-only at ``/models``."""
+    ports: list[int] = Field(default_factory=lambda: [8000])
+    """Ports engines on this node may listen on."""
+    compose_overrides: list[AbsPath | SafeToken] = Field(default_factory=list)
+    """Node-local compose override files applied after the rendered compose file, in order
+    (paths relative to the project folder, or absolute). Files ending in ``.j2`` are
+    rendered with the deployment's facts first."""
+    labels: dict[SafeToken, SingleLine] = Field(default_factory=dict)
+    """Free-form labels (rack, owner, …), copied onto the containers."""
+    simulated: bool = False
+    """True for nodes of the local simulated fleet (see ``servefleet.sim``)."""
+    sim: SimSettings | None = None
+    """Test-bed settings; only on simulated nodes."""
+
+    @field_validator("ports")
+    @classmethod
+    def _ports_valid(cls, ports: list[int]) -> list[int]:
+        for port in ports:
+            if not 1 <= port <= 65535:
+                raise ValueError(f"port {port} is outside 1-65535")
+        if len(set(ports)) != len(ports):
+            raise ValueError("ports are listed twice")
+        return ports
+
+    @model_validator(mode="after")
+    def _sim_settings_only_on_sim_nodes(self) -> Node:
+        if self.sim is not None and not self.simulated:
+            raise ValueError("'sim' settings are only allowed with simulated: true")
+        return self
+
+    @property
+    def gpu_count(self) -> int:
+        """Total number of GPUs on the node."""
+        return sum(g.count for g in self.gpus)
+
+    @property
+    def primary_gpu(self) -> Gpu:
+        """The first GPU kind; fleets here have one kind per node."""
+        return self.gpus[0]
+
+    @property
+    def unified_memory(self) -> bool:
+        """Whether the node's GPU shares memory with the host."""
+        return any(g.unified_memory for g in self.gpus)

@@ -1,0 +1,413 @@
+"""Serving profiles: what engine runs, with which model and flags, and what a healthy boot
+looks like. One YAML file per profile under ``profiles/``; ``extends:`` inherits another.
+
+A field left at ``None`` is not rendered: the engine's own default applies.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from servefleet.core.models.common import (
+    AbsPath,
+    Name,
+    SafeToken,
+    SingleLine,
+    StrictModel,
+)
+
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+IMAGE_REF_RE = re.compile(
+    r"^(?:[a-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._/-][a-z0-9]+)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+)
+MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+EXTRA_FLAG_RE = re.compile(r"^--[a-z0-9][a-z0-9-]*(?:\.[a-z0-9_]+)*$")
+ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+PIP_REQ_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._-]+\])?(?:[=<>!~]=?[A-Za-z0-9.*+!-]+)?$")
+
+Engine = Literal["vllm", "llama.cpp"]
+
+KvCacheDtype = Literal[
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
+    "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact",
+    "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head",
+    "nvfp4", "nvfp4_4over6",
+]
+"""Every ``--kv-cache-dtype`` value of vLLM up to 0.33; rules check the version."""
+
+CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """The numeric release part of an engine version: ``0.19.1rc1.dev328`` → ``(0, 19, 1)``.
+
+    llama.cpp builds (``b8680``) become ``(8680,)``.
+    """
+    match = re.match(r"^v?b?(\d+(?:\.\d+)*)", version)
+    if not match:
+        return ()
+    return tuple(int(p) for p in match.group(1).split("."))
+
+
+class ImageRef(StrictModel):
+    """The engine image, pinned: a human-readable tag plus the digest that is actually run."""
+
+    ref: str
+    """Repository and tag, e.g. ``vllm/vllm-openai:v0.21.0``."""
+    digest: str
+    """Content digest ``sha256:…`` the tag pointed to when the profile was written."""
+    platforms: list[Literal["linux/amd64", "linux/arm64"]] = Field(
+        default_factory=lambda: ["linux/amd64", "linux/arm64"]
+    )
+    """Architectures the image is published for; checked against each node's CPU."""
+
+    @field_validator("ref")
+    @classmethod
+    def _ref_has_tag(cls, value: str) -> str:
+        if not IMAGE_REF_RE.match(value):
+            raise ValueError(
+                f"{value!r} is not an image reference 'repository:tag' (lower-case repository, "
+                "an explicit tag, no digest here: put it in image.digest)"
+            )
+        return value
+
+    @field_validator("digest")
+    @classmethod
+    def _digest_format(cls, value: str) -> str:
+        if not DIGEST_RE.match(value):
+            raise ValueError(f"{value!r} is not a digest 'sha256:<64 hex digits>'")
+        return value
+
+    @property
+    def pinned(self) -> str:
+        """``repository:tag@sha256:…``: what compose files reference."""
+        return f"{self.ref}@{self.digest}"
+
+
+class ModelSpec(StrictModel):
+    """The model served, and the facts about it that validation rules need."""
+
+    id: str
+    """Hugging Face repository id (``Qwen/Qwen3.6-35B-A3B-FP8``) or, for llama.cpp, a label."""
+    revision: SafeToken | None = None
+    """Branch, tag or commit (e.g. ``fp8-head``); ``None`` = the default branch."""
+    served_name: SafeToken
+    """Name clients use in API calls (``--served-model-name`` / ``--alias``)."""
+    architecture: SafeToken | None = None
+    """Architecture class vLLM resolves, e.g. ``Qwen3_5MoeForConditionalGeneration``."""
+    hybrid_gdn: bool = False
+    """Hybrid Gated-DeltaNet (linear attention) + attention model, e.g. Qwen3.5/3.6 MoE."""
+    native_context: int | None = Field(None, gt=0)
+    """``max_position_embeddings`` of the checkpoint."""
+    weights_gib: float | None = Field(None, gt=0)
+    """Memory the weights take once loaded (vLLM's "Model loading took X GiB")."""
+    quant_format: Literal[
+        "bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int8", "int4", "awq", "gptq", "gguf"
+    ] | None = None
+    """Weight format of the checkpoint, used for GPU-capability checks."""
+    fp8_lm_head: bool = False
+    """The checkpoint stores lm_head in FP8 (e.g. the NVFP4 checkpoint's ``fp8-head``
+    branch); vLLM needs the compressed-tensors lm_head dispatch overlay for it."""
+
+    @field_validator("id")
+    @classmethod
+    def _id_format(cls, value: str) -> str:
+        if not MODEL_ID_RE.match(value) or ".." in value:
+            raise ValueError(
+                f"{value!r} is not a model id like 'org/name' (letters, digits, . _ -)"
+            )
+        return value
+
+
+class SpeculativeConfig(StrictModel):
+    """``--speculative-config``: speculative decoding (MTP, EAGLE, n-gram…)."""
+
+    method: Literal[
+        "mtp", "qwen3_next_mtp", "qwen3_5_mtp", "deepseek_mtp", "eagle", "eagle3", "ngram",
+        "ngram_gpu", "suffix", "draft_model", "dflash", "medusa",
+    ]
+    """Method; every MTP alias (``qwen3_next_mtp``…) is rewritten to ``mtp`` by vLLM."""
+    num_speculative_tokens: int = Field(ge=1, le=16)
+    """Tokens proposed per step; always rendered explicitly."""
+    model: str | None = None
+    """Draft model for EAGLE/draft-model methods; MTP reuses the target model."""
+
+    @property
+    def is_mtp(self) -> bool:
+        """Multi-token prediction heads of the target model."""
+        return self.method in {"mtp", "qwen3_next_mtp", "qwen3_5_mtp", "deepseek_mtp"}
+
+
+class VllmSettings(StrictModel):
+    """``vllm serve`` flags; ``None`` leaves the engine default."""
+
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    """Fraction of total device memory this engine may take (``ceil(total × util)``)."""
+    max_model_len: int | None = Field(None, gt=0)
+    """Longest request (prompt + output) in tokens."""
+    max_num_seqs: int | None = Field(None, ge=1)
+    """Requests scheduled at once."""
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    """Tokens per scheduler step: the chunked-prefill chunk size."""
+    kv_cache_dtype: KvCacheDtype | None = None
+    """KV-cache storage type (``fp8_e4m3``, ``turboquant_4bit_nc``…)."""
+    enable_chunked_prefill: bool | None = None
+    """Split long prompts into ``max_num_batched_tokens`` chunks."""
+    enable_prefix_caching: bool | None = None
+    """Reuse KV blocks across requests with a shared prefix."""
+    async_scheduling: bool | None = None
+    """Overlap scheduling with execution (``--no-async-scheduling`` to turn off)."""
+    speculative: SpeculativeConfig | None = None
+    """Speculative decoding; ``None`` = off."""
+    tensor_parallel_size: int | None = Field(None, ge=1, le=64)
+    """GPUs one engine spans."""
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None
+    """Activation/weight dtype."""
+    quantization: SafeToken | None = None
+    """``--quantization``; usually taken from the checkpoint, leave empty."""
+    reasoning_parser: SafeToken | None = None
+    """Reasoning parser name (``qwen3`` for Qwen3.5/3.6)."""
+    tool_call_parser: SafeToken | None = None
+    """Tool-call parser name (``qwen3_coder``, ``qwen3_xml``…)."""
+    enable_auto_tool_choice: bool = False
+    """Let the model decide to call tools; needs ``tool_call_parser``."""
+    default_chat_template_kwargs: dict[str, Any] | None = None
+    """Merged into every request's ``chat_template_kwargs`` (thinking off by default)."""
+    thinking_token_budget: int | None = Field(None, ge=0)
+    """Reasoning-token cap clients are expected to send (``thinking_token_budget``)."""
+    generation_config: SafeToken | None = None
+    """``auto`` (model's generation_config.json), ``vllm``, or a folder."""
+    hf_overrides: dict[str, Any] | None = None
+    """JSON merged into the Hugging Face config (e.g. a YaRN rope override)."""
+    trust_remote_code: bool = False
+    """Allow the checkpoint's own Python code."""
+    attention_backend: SafeToken | None = None
+    """Force an attention backend (``FLASHINFER``…); ``None`` = vLLM chooses."""
+    language_model_only: bool = False
+    """Skip the vision encoder of a multimodal checkpoint."""
+    enforce_eager: bool = False
+    """No CUDA graphs (debugging only)."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Escape hatch: more flags, each ``--flag`` or ``--flag=value`` (validated; a flag
+    servefleet already manages is refused, so there is one source of truth)."""
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_args_are_flags(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            flag, _, value = arg.partition("=")
+            if not EXTRA_FLAG_RE.match(flag):
+                raise ValueError(
+                    f"{arg!r} is not a '--flag' or '--flag=value' (lower-case flag names)"
+                )
+            if any(c in value for c in "\n\r\0"):
+                raise ValueError(f"{flag}: value must be a single line")
+        return args
+
+
+class LlamaCppSettings(StrictModel):
+    """``llama-server`` flags."""
+
+    gguf: AbsPath
+    """Path of the GGUF file inside the container (the node's ``models_dir`` is /models)."""
+    ctx_size: int | None = Field(None, ge=0)
+    """``-c``: total context across slots (0 = from the model)."""
+    parallel: int | None = Field(None, ge=1, le=256)
+    """``-np``: server slots."""
+    gpu_layers: int | Literal["all", "auto"] | None = "all"
+    """``-ngl``: layers on the GPU."""
+    flash_attn: Literal["on", "off", "auto"] | None = "on"
+    """``-fa``."""
+    cache_type_k: Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0",
+                          "q5_1"] | None = None
+    """``-ctk``: K cache type."""
+    cache_type_v: Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0",
+                          "q5_1"] | None = None
+    """``-ctv``: V cache type (quantized V needs flash attention)."""
+    batch_size: int | None = Field(None, ge=1)
+    """``-b``: logical batch."""
+    ubatch_size: int | None = Field(None, ge=1)
+    """``-ub``: physical batch."""
+    jinja: bool | None = True
+    """Use the model's Jinja chat template."""
+    reasoning_budget: int | None = Field(None, ge=-1)
+    """``--reasoning-budget``: -1 unrestricted, 0 off."""
+    host: SafeToken = "0.0.0.0"
+    """Address to bind."""
+    metrics: bool = True
+    """Expose ``/metrics``."""
+    cache_prompt: bool | None = None
+    """``--no-cache-prompt`` when false (needed for bit-exact determinism)."""
+    seed: int | None = None
+    """Default sampling seed."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Escape hatch, as for vLLM."""
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_args_are_flags(cls, args: list[str]) -> list[str]:
+        return VllmSettings._extra_args_are_flags(args)
+
+
+class PatchOverlay(StrictModel):
+    """A source patch applied to the engine's installed Python package at image build."""
+
+    file: SafeToken | None = None
+    """Diff file, relative to the profiles folder (e.g. ``patches/pr40798.diff``)."""
+    url: SafeToken | None = None
+    """Or a URL to fetch at build time (``https://github.com/…/pull/N.diff``)."""
+    sha256: str
+    """Expected sha256 of the diff; a mismatch fails the render (file) or build (URL)."""
+    target: SafeToken = "vllm"
+    """Installed package the paths are relative to."""
+    strip: int = Field(1, ge=0, le=5)
+    """``-p`` strip level for ``git apply``."""
+    pr: int | None = Field(None, ge=1)
+    """Upstream PR number, for humans and rules (e.g. 40798)."""
+    provides: list[SafeToken] = Field(default_factory=list)
+    """Capabilities this patch adds, used by rules (e.g. ``turboquant-workspace-reservation``,
+    ``turboquant-hybrid``, ``fp8-lm-head-dispatch``)."""
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha_format(cls, value: str) -> str:
+        if not SHA256_RE.match(value):
+            raise ValueError(f"{value!r} is not a sha256 hex digest (64 lower-case hex digits)")
+        return value
+
+    @model_validator(mode="after")
+    def _file_or_url(self) -> PatchOverlay:
+        if (self.file is None) == (self.url is None):
+            raise ValueError("give exactly one of 'file' or 'url'")
+        if self.file is not None and (self.file.startswith("/") or ".." in self.file):
+            raise ValueError("'file' must be relative to the profiles folder, without '..'")
+        if self.url is not None and not self.url.startswith("https://"):
+            raise ValueError("'url' must start with https://")
+        return self
+
+
+class DeterminismSettings(StrictModel):
+    """The opt-in determinism probe."""
+
+    wanted: bool = False
+    """The operator needs identical outputs for identical temperature-0 requests."""
+    probe: bool = False
+    """Run the n=3 determinism probe after boot."""
+
+
+class HealthExpectations(StrictModel):
+    """What a healthy boot of this profile looks like."""
+
+    min_kv_cache_tokens: int | None = Field(None, ge=0)
+    """Smallest acceptable KV pool (``GPU KV cache size``)."""
+    cudagraph_mode: CudaGraphMode | None = None
+    """Expected final CUDA-graph mode; derived when empty (see the rules)."""
+    boot_deadline_seconds: int = Field(900, ge=10, le=7200)
+    """Give up on a boot after this long (a 42-shard load takes ~5 minutes)."""
+    kv_tolerance: float = Field(0.05, ge=0, le=1)
+    """Relative change of the KV pool against the node's baseline that is flagged."""
+    chat_probe: bool = True
+    """Send one short chat completion (thinking off) and require content."""
+    determinism: DeterminismSettings = Field(default_factory=DeterminismSettings)
+    """Determinism wishes and probe."""
+
+
+class Profile(StrictModel):
+    """A resolved serving profile (after ``extends``)."""
+
+    name: Name
+    """Profile name; equals the file name without ``.yaml``."""
+    description: SingleLine = ""
+    """One line for humans."""
+    extends: Name | None = None
+    """The profile this one inherits from (already merged in)."""
+    engine: Engine
+    """``vllm`` or ``llama.cpp``."""
+    engine_version: SafeToken
+    """Engine version inside the image (``0.21.0``, ``0.19.1rc1.dev328``, ``b8680``)."""
+    image: ImageRef
+    """Pinned base image."""
+    model: ModelSpec
+    """The model and its facts."""
+    vllm: VllmSettings | None = None
+    """vLLM flags (engine ``vllm``)."""
+    llamacpp: LlamaCppSettings | None = None
+    """llama-server flags (engine ``llama.cpp``)."""
+    env: dict[str, SingleLine] = Field(default_factory=dict)
+    """Environment of the engine container (non-secret)."""
+    secret_env: list[str] = Field(default_factory=list)
+    """Names of secret variables (values come from the stack's secrets, only into the
+    node's 0600 env file)."""
+    patches: list[PatchOverlay] = Field(default_factory=list)
+    """Source overlays, applied in order at image build."""
+    pip_packages: list[str] = Field(default_factory=list)
+    """Extra pip requirements installed into the image (``name==version``)."""
+    health: HealthExpectations = Field(default_factory=HealthExpectations)
+    """Health expectations."""
+    shm_size: SafeToken | None = None
+    """Shared memory when ``ipc: host`` is not wanted; ``None`` = ``ipc: host``."""
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for key in env:
+            if not ENV_NAME_RE.match(key):
+                raise ValueError(f"{key!r} is not an environment variable name (A-Z, 0-9, _)")
+        return env
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_names(cls, names: list[str]) -> list[str]:
+        for key in names:
+            if not ENV_NAME_RE.match(key):
+                raise ValueError(f"{key!r} is not an environment variable name (A-Z, 0-9, _)")
+        return names
+
+    @field_validator("pip_packages")
+    @classmethod
+    def _pip_reqs(cls, reqs: list[str]) -> list[str]:
+        for req in reqs:
+            if not PIP_REQ_RE.match(req):
+                raise ValueError(f"{req!r} is not a pip requirement like 'name==1.2.3'")
+        return reqs
+
+    @model_validator(mode="after")
+    def _engine_settings_match(self) -> Profile:
+        if self.engine == "vllm":
+            if self.llamacpp is not None:
+                raise ValueError("engine is vllm but 'llamacpp' settings are given")
+            if self.vllm is None:
+                object.__setattr__(self, "vllm", VllmSettings())
+        else:
+            if self.vllm is not None:
+                raise ValueError("engine is llama.cpp but 'vllm' settings are given")
+            if self.llamacpp is None:
+                raise ValueError("engine llama.cpp needs 'llamacpp' settings (at least gguf)")
+        overlap = set(self.env) & set(self.secret_env)
+        if overlap:
+            raise ValueError(f"{sorted(overlap)} are in both env and secret_env")
+        return self
+
+    @property
+    def version(self) -> tuple[int, ...]:
+        """The engine version as a comparable tuple."""
+        return version_tuple(self.engine_version)
+
+    @property
+    def builds_image(self) -> bool:
+        """Whether a Dockerfile overlay is needed (patches or pip packages)."""
+        return bool(self.patches or self.pip_packages)
+
+    @property
+    def speculative(self) -> SpeculativeConfig | None:
+        """The speculative-decoding settings, if any."""
+        return self.vllm.speculative if self.vllm else None
+
+    def patch_provides(self, capability: str) -> bool:
+        """Whether some patch overlay declares ``capability``."""
+        return any(capability in p.provides for p in self.patches)

@@ -1,0 +1,72 @@
+"""Stack configuration: which profile runs where, read from ``Pulumi.<stack>.yaml``.
+
+The same file drives ``pulumi up`` and the ``servefleet`` CLI, so there is one source of
+truth. A node's entry is either a profile name (one deployment called ``main`` on the node's
+first port) or a mapping of deployment names to ``{profile, port}``::
+
+    config:
+      servefleet:strategy: parallel
+      servefleet:profiles:
+        dgx-spark-1: qwen36-fp8-mtp
+        dgx-spark-2:
+          main: {profile: qwen36-fp8-mtp, port: 8000}
+          nomtp: {profile: qwen36-fp8, port: 8001}
+
+``pulumi config set servefleet:profiles.dgx-spark-2 qwen36-fp8`` writes the flat key
+``servefleet:profiles.dgx-spark-2``, which is accepted too and wins over the mapping.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from servefleet.core.models.common import Name, StrictModel
+
+DEFAULT_DEPLOYMENT = "main"
+
+
+class Deployment(StrictModel):
+    """One engine on one node: a compose project of its own."""
+
+    node: Name
+    """Node it runs on."""
+    name: Name = DEFAULT_DEPLOYMENT
+    """Deployment name, stable across profile switches (the folder on the node)."""
+    profile: Name
+    """Serving profile."""
+    port: int | None = Field(None, ge=1, le=65535)
+    """Port the engine listens on; ``None`` = the node's first port."""
+
+    @property
+    def key(self) -> str:
+        """``node/deployment``: unique within a stack."""
+        return f"{self.node}/{self.name}"
+
+
+class StackConfig(StrictModel):
+    """The servefleet part of a Pulumi stack file."""
+
+    stack: Name
+    """Stack name (``sim``, ``reference``…)."""
+    strategy: Literal["parallel", "rolling"] = "parallel"
+    """Roll out all nodes at once, or one at a time stopping at the first failure."""
+    deployments: list[Deployment] = Field(default_factory=list)
+    """Every deployment of the stack, in file order."""
+    secret_names: list[str] = Field(default_factory=list)
+    """Environment variable names whose values the stack holds as Pulumi secrets."""
+    keep_releases: int = Field(5, ge=1, le=100)
+    """Releases kept on each node for rollback."""
+
+    def for_node(self, node: str) -> list[Deployment]:
+        """The deployments placed on ``node``."""
+        return [d for d in self.deployments if d.node == node]
+
+    @property
+    def nodes(self) -> list[str]:
+        """Node names used by the stack, in order of first appearance."""
+        seen: dict[str, None] = {}
+        for d in self.deployments:
+            seen.setdefault(d.node, None)
+        return list(seen)

@@ -1,0 +1,307 @@
+"""Load a servefleet project: node inventory, serving profiles and a stack.
+
+Every problem found is collected and reported together (one line each), so an operator
+fixes a broken change in one go. Nothing here writes anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from servefleet.core.errors import ConfigError
+from servefleet.core.models import Deployment, Node, Profile, StackConfig
+from servefleet.core.models.common import NAME_RE
+from servefleet.core.pydantic_errors import describe
+from servefleet.core.yamlfile import read_yaml
+
+NODES_DIR = "nodes"
+PROFILES_DIR = "profiles"
+STACK_FILE = "Pulumi.{stack}.yaml"
+CONFIG_NS = "servefleet:"
+# Stack secrets with a friendly config key, and the variable each one fills.
+SECRET_KEYS = {"hfToken": "HF_TOKEN", "apiKey": "VLLM_API_KEY"}
+
+
+@dataclass(frozen=True)
+class Project:
+    """Everything loaded from a project folder for one stack."""
+
+    root: Path
+    """The project folder."""
+    nodes: dict[str, Node]
+    """Every node in the inventory, by name."""
+    node_files: dict[str, str]
+    """Inventory file of each node, relative to the root."""
+    profiles: dict[str, Profile]
+    """Every profile, resolved (``extends`` merged), by name."""
+    profile_files: dict[str, str]
+    """Profile file of each profile, relative to the root."""
+    stack: StackConfig
+    """The chosen stack."""
+    stack_file: str
+    """Stack file relative to the root."""
+    raw_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each profile's own keys as written (before ``extends``)."""
+
+    def deployments(self, nodes: list[str] | None = None) -> list[Deployment]:
+        """The stack's deployments, optionally only those on ``nodes``."""
+        chosen = self.stack.deployments
+        if nodes:
+            unknown = [n for n in nodes if n not in self.stack.nodes]
+            if unknown:
+                raise ConfigError(
+                    f"{', '.join(unknown)}: not in stack {self.stack.stack!r} "
+                    f"(its nodes: {', '.join(self.stack.nodes) or 'none'})"
+                )
+            chosen = [d for d in chosen if d.node in nodes]
+        return list(chosen)
+
+    def port_of(self, deployment: Deployment) -> int:
+        """The port a deployment listens on (explicit, or the node's first port)."""
+        return deployment.port or self.nodes[deployment.node].ports[0]
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def load_nodes(root: Path) -> tuple[dict[str, Node], dict[str, str], list[str]]:
+    """Load ``nodes/*.yaml`` and ``nodes/*/*.yaml`` (e.g. the generated ``nodes/sim/``)."""
+    nodes: dict[str, Node] = {}
+    files: dict[str, str] = {}
+    problems: list[str] = []
+    folder = root / NODES_DIR
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*/*.yaml")]):
+        rel = _relative(path, root)
+        try:
+            data = read_yaml(path, rel)
+        except ConfigError as error:
+            problems.extend(error.problems)
+            continue
+        if not isinstance(data, dict):
+            problems.append(f"{rel}: expected a mapping of node settings at the top level")
+            continue
+        data.setdefault("name", path.stem)
+        try:
+            node = Node.model_validate(data)
+        except ValidationError as error:
+            problems.extend(describe(error, rel))
+            continue
+        if node.name != path.stem:
+            problems.append(f"{rel}: name: {node.name!r} differs from the file name "
+                            f"{path.stem!r}; rename one of them")
+            continue
+        if node.name in nodes:
+            problems.append(f"{rel}: node {node.name!r} is also defined in {files[node.name]}")
+            continue
+        nodes[node.name] = node
+        files[node.name] = rel
+    return nodes, files, problems
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key; lists and scalars in ``override`` replace the base's.
+
+    ``null`` in the override removes an inherited setting (e.g. ``speculative: null``).
+    """
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_profiles(
+    root: Path,
+) -> tuple[dict[str, Profile], dict[str, str], dict[str, dict[str, Any]], list[str]]:
+    """Load ``profiles/*.yaml`` and resolve ``extends`` chains."""
+    raw: dict[str, dict[str, Any]] = {}
+    files: dict[str, str] = {}
+    problems: list[str] = []
+    for path in sorted((root / PROFILES_DIR).glob("*.yaml")):
+        rel = _relative(path, root)
+        if not NAME_RE.match(path.stem):
+            problems.append(f"{rel}: file name is not a valid profile name (lower-case letters, "
+                            "digits, '.', '_', '-')")
+            continue
+        try:
+            data = read_yaml(path, rel)
+        except ConfigError as error:
+            problems.extend(error.problems)
+            continue
+        if not isinstance(data, dict):
+            problems.append(f"{rel}: expected a mapping of profile settings at the top level")
+            continue
+        if "name" in data and data["name"] != path.stem:
+            problems.append(f"{rel}: name: {data['name']!r} differs from the file name "
+                            f"{path.stem!r}; rename one of them")
+            continue
+        raw[path.stem] = data
+        files[path.stem] = rel
+
+    profiles: dict[str, Profile] = {}
+    for name in raw:
+        chain = [name]
+        merged: dict[str, Any] = {}
+        current: str | None = name
+        broken = False
+        layers: list[dict[str, Any]] = []
+        while current is not None:
+            layers.append(raw[current])
+            parent = raw[current].get("extends")
+            if parent is None:
+                break
+            if not isinstance(parent, str) or parent not in raw:
+                problems.append(f"{files[current]}: extends: no profile named {parent!r} "
+                                f"in {PROFILES_DIR}/ (known: {', '.join(sorted(raw))})")
+                broken = True
+                break
+            if parent in chain:
+                problems.append(f"{files[name]}: extends: cycle {' -> '.join([*chain, parent])}")
+                broken = True
+                break
+            chain.append(parent)
+            current = parent
+        if broken:
+            continue
+        for layer in reversed(layers):
+            merged = _deep_merge(merged, layer)
+        merged["name"] = name
+        merged["extends"] = raw[name].get("extends")
+        try:
+            profiles[name] = Profile.model_validate(merged)
+        except ValidationError as error:
+            problems.extend(describe(error, files[name]))
+    return profiles, files, raw, problems
+
+
+def _deployments_from_config(config: dict[str, Any], source: str) -> tuple[list[dict[str, Any]], list[str]]:
+    problems: list[str] = []
+    entries: dict[str, Any] = {}
+    mapping = config.get(f"{CONFIG_NS}profiles", {})
+    if mapping is None:
+        mapping = {}
+    if not isinstance(mapping, dict):
+        problems.append(f"{source}: {CONFIG_NS}profiles: expected a mapping of node → profile")
+        mapping = {}
+    entries.update(mapping)
+    for key, value in config.items():
+        prefix = f"{CONFIG_NS}profiles."
+        if key.startswith(prefix):
+            entries[key[len(prefix):]] = value
+    deployments: list[dict[str, Any]] = []
+    for node, value in entries.items():
+        if isinstance(value, str):
+            deployments.append({"node": node, "profile": value})
+        elif isinstance(value, dict):
+            for dep_name, spec in value.items():
+                if isinstance(spec, str):
+                    deployments.append({"node": node, "name": dep_name, "profile": spec})
+                elif isinstance(spec, dict):
+                    deployments.append({"node": node, "name": dep_name, **spec})
+                else:
+                    problems.append(f"{source}: {CONFIG_NS}profiles.{node}.{dep_name}: expected "
+                                    "a profile name or {profile, port}")
+        else:
+            problems.append(f"{source}: {CONFIG_NS}profiles.{node}: expected a profile name or a "
+                            "mapping of deployment name → {profile, port}")
+    return deployments, problems
+
+
+def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[str]]:
+    """Read the servefleet keys of ``Pulumi.<stack>.yaml``."""
+    if not NAME_RE.match(stack):
+        return None, stack, [f"stack name {stack!r} is not valid (lower-case letters, digits, "
+                             "'.', '_', '-')"]
+    rel = STACK_FILE.format(stack=stack)
+    path = root / rel
+    if not path.exists():
+        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+        return None, rel, [f"{rel}: no such stack file (stacks here: {', '.join(known) or 'none'})"]
+    try:
+        data = read_yaml(path, rel)
+    except ConfigError as error:
+        return None, rel, error.problems
+    config = (data or {}).get("config", {}) if isinstance(data, dict) else None
+    if not isinstance(config, dict):
+        return None, rel, [f"{rel}: expected a 'config:' mapping"]
+    deployments, problems = _deployments_from_config(config, rel)
+    secret_names = [env for key, env in SECRET_KEYS.items() if f"{CONFIG_NS}{key}" in config]
+    for key in config:
+        if key.startswith(f"{CONFIG_NS}secretEnv."):
+            secret_names.append(key.split(".", 1)[1])
+    values: dict[str, Any] = {
+        "stack": stack,
+        "deployments": deployments,
+        "secret_names": secret_names,
+    }
+    if f"{CONFIG_NS}strategy" in config:
+        values["strategy"] = config[f"{CONFIG_NS}strategy"]
+    if f"{CONFIG_NS}keepReleases" in config:
+        values["keep_releases"] = config[f"{CONFIG_NS}keepReleases"]
+    try:
+        return StackConfig.model_validate(values), rel, problems
+    except ValidationError as error:
+        return None, rel, [*problems, *describe(error, rel)]
+
+
+def _check_references(project_nodes: dict[str, Node], profiles: dict[str, Profile],
+                      stack: StackConfig, source: str) -> list[str]:
+    problems = []
+    seen: set[str] = set()
+    for dep in stack.deployments:
+        where = f"{source}: {CONFIG_NS}profiles.{dep.node}"
+        if dep.node not in project_nodes:
+            hint = " (run `servefleet sim up` to create the simulated nodes)" if \
+                dep.node.startswith("sim-") else ""
+            problems.append(f"{where}: no node {dep.node!r} in {NODES_DIR}/{hint}")
+        if dep.profile not in profiles:
+            problems.append(f"{where}: no profile {dep.profile!r} in {PROFILES_DIR}/ "
+                            f"(known: {', '.join(sorted(profiles))})")
+        if dep.key in seen:
+            problems.append(f"{where}: deployment {dep.name!r} is defined twice")
+        seen.add(dep.key)
+    return problems
+
+
+def load_project(root: Path, stack: str) -> Project:
+    """Load and cross-check everything; raise one :class:`ConfigError` with every problem."""
+    root = root.resolve()
+    nodes, node_files, problems = load_nodes(root)
+    profiles, profile_files, raw, profile_problems = load_profiles(root)
+    problems += profile_problems
+    stack_config, stack_file, stack_problems = load_stack(root, stack)
+    problems += stack_problems
+    if stack_config is not None:
+        problems += _check_references(nodes, profiles, stack_config, stack_file)
+    if problems or stack_config is None:
+        raise ConfigError(problems)
+    return Project(root=root, nodes=nodes, node_files=node_files, profiles=profiles,
+                   profile_files=profile_files, stack=stack_config, stack_file=stack_file,
+                   raw_profiles=raw)
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON for hashing: sorted keys, no whitespace variation."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def profile_identity(profile: Profile) -> str:
+    """sha256 over the resolved profile's behaviour-defining fields.
+
+    Name, description and ``extends`` are left out: renaming a profile or moving a setting
+    into a parent does not change what runs.
+    """
+    data = profile.model_dump(mode="json", exclude={"name", "description", "extends"})
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()

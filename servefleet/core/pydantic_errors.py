@@ -1,0 +1,45 @@
+"""Turn pydantic's validation errors into one line per problem, naming file and field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "(top level)"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def describe(error: ValidationError, source: str, prefix: tuple[Any, ...] = ()) -> list[str]:
+    """One line per error: ``source: field.path: reason (got value)``."""
+    lines = []
+    for item in error.errors(include_url=False):
+        loc = prefix + tuple(item["loc"])
+        # Pydantic adds the tag of union members and "function-after[...]" to locations.
+        loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {
+            "function-after", "literal", "str", "int", "float", "bool"})))
+        message = str(item["msg"])
+        message = message.removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown field (check the spelling; see `servefleet show` for the schema)"
+        elif item["type"] == "missing":
+            message = "required field is missing"
+        got = ""
+        if item["type"] not in {"missing", "extra_forbidden"} and "input" in item:
+            value = item["input"]
+            if not isinstance(value, dict | list):
+                got = f" (got {_shown(value)})"
+        lines.append(f"{source}: {_field_path(loc)}: {message}{got}")
+    return lines

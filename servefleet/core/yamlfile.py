@@ -1,0 +1,94 @@
+"""Reading YAML written by people, defensively.
+
+Profiles and inventories come from git, but a hostile or broken file must fail with one
+clear line and cost nothing: the size is capped before parsing, anchors and aliases are
+refused (the "billion laughs" alias bomb needs them; ``extends:`` is the way to share
+settings), duplicate keys are refused, and nesting depth is bounded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servefleet.core.errors import ConfigError
+
+MAX_BYTES = 256 * 1024
+MAX_DEPTH = 32
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases and duplicate keys."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.constructor.ConstructorError(
+                None, None, "YAML aliases (*name) are not allowed; use 'extends:' instead",
+                event.start_mark,
+            )
+        event = self.peek_event()
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, "YAML anchors (&name) are not allowed; use 'extends:' instead",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if level > MAX_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max([_depth(v, level + 1) for v in value.values()] or [level])
+    if isinstance(value, list):
+        return max([_depth(v, level + 1) for v in value] or [level])
+    return level
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse YAML ``text`` (named ``source`` in errors) with the limits above."""
+    if len(text.encode("utf-8", errors="replace")) > MAX_BYTES:
+        raise ConfigError(f"{source}: file is larger than {MAX_BYTES // 1024} KiB; refusing to read it")
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        reason = error.problem or error.context or "malformed YAML"
+        raise ConfigError(f"{source}:{where}: {reason}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{source}: malformed YAML ({error})") from None
+    if _depth(data) > MAX_DEPTH:
+        raise ConfigError(f"{source}: nested deeper than {MAX_DEPTH} levels")
+    return data
+
+
+def read_yaml(path: Path, display: str | None = None) -> Any:
+    """Read and parse one YAML file; the size is checked before reading it whole."""
+    source = display or str(path)
+    try:
+        size = path.stat().st_size
+    except OSError as error:
+        raise ConfigError(f"{source}: cannot read ({error.strerror})") from None
+    if size > MAX_BYTES:
+        raise ConfigError(f"{source}: file is larger than {MAX_BYTES // 1024} KiB; refusing to read it")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{source}: not UTF-8 text") from None
+    return parse_yaml(text, source)

@@ -1,0 +1,1 @@
+"""The simulated fleet: every way a simulated node differs from a real one lives here."""
