@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from servefleet.core.models.common import AbsPath, Name, SafeToken, SingleLine, StrictModel
+
+if TYPE_CHECKING:
+    from servefleet.core.gpu import ExpectedGpuFacts
 
 HOST_KEY_RE = re.compile(
     r"^(ssh-ed25519|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|ssh-rsa)"
@@ -135,6 +138,15 @@ class Node(StrictModel):
             raise ValueError("ports are listed twice")
         return ports
 
+    @field_validator("compose_overrides")
+    @classmethod
+    def _overrides_stay_inside(cls, paths: list[str]) -> list[str]:
+        # A relative path is read from the project folder; '..' would step out of it.
+        for path in paths:
+            if any(part == ".." for part in path.split("/")):
+                raise ValueError(f"{path!r} must not contain '..'")
+        return paths
+
     @model_validator(mode="after")
     def _sim_settings_only_on_sim_nodes(self) -> Node:
         if self.sim is not None and not self.simulated:
@@ -155,3 +167,19 @@ class Node(StrictModel):
     def unified_memory(self) -> bool:
         """Whether the node's GPU shares memory with the host."""
         return any(g.unified_memory for g in self.gpus)
+
+    def expected_gpu_facts(self) -> ExpectedGpuFacts:
+        """What the inventory promises about GPUs, driver, CUDA and CPU, for probe checks."""
+        from servefleet.core.gpu import ExpectedGpu, ExpectedGpuFacts
+
+        return ExpectedGpuFacts(
+            gpus=tuple(
+                ExpectedGpu(name=g.name, count=g.count, memory_gib=g.memory_gib,
+                            unified_memory=g.unified_memory,
+                            compute_capability=g.compute_capability)
+                for g in self.gpus
+            ),
+            driver_version=self.driver_version,
+            cuda_version=self.cuda_version,
+            arch=self.arch,
+        )
