@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,9 +187,17 @@ def load_profiles(
     return profiles, files, raw, problems
 
 
-def _deployments_from_config(config: dict[str, Any], source: str) -> tuple[list[dict[str, Any]], list[str]]:
+def _key(value: Any) -> str:
+    """A stack key as shown in messages: plain names as they are, anything odd quoted."""
+    text = str(value)
+    return text if NAME_RE.match(text) else repr(value)
+
+
+def _deployments_from_config(
+    config: dict[str, Any], source: str
+) -> tuple[list[Deployment], list[str]]:
     problems: list[str] = []
-    entries: dict[str, Any] = {}
+    entries: dict[Any, Any] = {}
     mapping = config.get(f"{CONFIG_NS}profiles", {})
     if mapping is None:
         mapping = {}
@@ -196,27 +205,52 @@ def _deployments_from_config(config: dict[str, Any], source: str) -> tuple[list[
         problems.append(f"{source}: {CONFIG_NS}profiles: expected a mapping of node → profile")
         mapping = {}
     entries.update(mapping)
+    prefix = f"{CONFIG_NS}profiles."
     for key, value in config.items():
-        prefix = f"{CONFIG_NS}profiles."
-        if key.startswith(prefix):
+        if isinstance(key, str) and key.startswith(prefix):
             entries[key[len(prefix):]] = value
-    deployments: list[dict[str, Any]] = []
+    # Each entry with the key path the operator wrote, and whether it is the one-line form.
+    raw: list[tuple[dict[str, Any], str, bool]] = []
     for node, value in entries.items():
+        node_path = f"{CONFIG_NS}profiles.{_key(node)}"
         if isinstance(value, str):
-            deployments.append({"node": node, "profile": value})
+            raw.append(({"node": node, "profile": value}, node_path, True))
         elif isinstance(value, dict):
             for dep_name, spec in value.items():
+                dep_path = f"{node_path}.{_key(dep_name)}"
                 if isinstance(spec, str):
-                    deployments.append({"node": node, "name": dep_name, "profile": spec})
+                    raw.append(({"node": node, "name": dep_name, "profile": spec}, dep_path, True))
                 elif isinstance(spec, dict):
-                    deployments.append({"node": node, "name": dep_name, **spec})
+                    raw.append(({**spec, "node": node, "name": dep_name}, dep_path, False))
                 else:
-                    problems.append(f"{source}: {CONFIG_NS}profiles.{node}.{dep_name}: expected "
-                                    "a profile name or {profile, port}")
+                    problems.append(f"{source}: {dep_path}: expected a profile name or "
+                                    "{profile, port}")
         else:
-            problems.append(f"{source}: {CONFIG_NS}profiles.{node}: expected a profile name or a "
+            problems.append(f"{source}: {node_path}: expected a profile name or a "
                             "mapping of deployment name → {profile, port}")
+    deployments: list[Deployment] = []
+    for values, path, one_line in raw:
+        try:
+            deployments.append(Deployment.model_validate(values))
+        except ValidationError as error:
+            problems.extend(describe(error, source, where=_deployment_where(path, one_line)))
     return deployments, problems
+
+
+def _deployment_where(path: str, one_line: bool) -> Callable[[tuple[Any, ...]], str]:
+    """Map a :class:`Deployment` field to the stack-file key that holds it."""
+
+    def where(loc: tuple[Any, ...]) -> str:
+        head = loc[0] if loc else None
+        if head in {"node", "name"} or (head == "profile" and one_line):
+            return path
+        return ".".join([path, *(str(p) for p in loc)])
+
+    return where
+
+
+# Stack settings other than profiles and secrets: model field → key after "servefleet:".
+_STACK_KEYS = {"strategy": "strategy", "keep_releases": "keepReleases"}
 
 
 def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[str]]:
@@ -238,9 +272,16 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
         return None, rel, [f"{rel}: expected a 'config:' mapping"]
     deployments, problems = _deployments_from_config(config, rel)
     secret_names = [env for key, env in SECRET_KEYS.items() if f"{CONFIG_NS}{key}" in config]
+    known = [*_STACK_KEYS.values(), "profiles", *SECRET_KEYS]
     for key in config:
+        if not isinstance(key, str) or not key.startswith(CONFIG_NS):
+            continue  # other providers' settings (aws:region…) are Pulumi's business
         if key.startswith(f"{CONFIG_NS}secretEnv."):
             secret_names.append(key.split(".", 1)[1])
+        elif key[len(CONFIG_NS):].split(".", 1)[0] not in known:
+            shown = key if key.isprintable() and " " not in key else repr(key)
+            problems.append(f"{rel}: {shown}: unknown setting (known: "
+                            f"{', '.join(CONFIG_NS + k for k in [*known, 'secretEnv.NAME'])})")
     values: dict[str, Any] = {
         "stack": stack,
         "deployments": deployments,
@@ -250,10 +291,15 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
         values["strategy"] = config[f"{CONFIG_NS}strategy"]
     if f"{CONFIG_NS}keepReleases" in config:
         values["keep_releases"] = config[f"{CONFIG_NS}keepReleases"]
+
+    def where(loc: tuple[Any, ...]) -> str:
+        head = str(loc[0]) if loc else ""
+        return CONFIG_NS + _STACK_KEYS.get(head, head)
+
     try:
         return StackConfig.model_validate(values), rel, problems
     except ValidationError as error:
-        return None, rel, [*problems, *describe(error, rel)]
+        return None, rel, [*problems, *describe(error, rel, where=where)]
 
 
 def _check_references(project_nodes: dict[str, Node], profiles: dict[str, Profile],

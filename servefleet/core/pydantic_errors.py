@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
+
+# YAML 1.1 turns unquoted 0.21, on/off/yes/no and 2026-05-05 into numbers, booleans and
+# dates; where a string was expected, say so, because the file looks right to a reader.
+_STRING_EXPECTED = {"string_type", "literal_error", "enum"}
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -22,8 +28,17 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def describe(error: ValidationError, source: str, prefix: tuple[Any, ...] = ()) -> list[str]:
-    """One line per error: ``source: field.path: reason (got value)``."""
+def describe(
+    error: ValidationError,
+    source: str,
+    prefix: tuple[Any, ...] = (),
+    where: Callable[[tuple[Any, ...]], str] | None = None,
+) -> list[str]:
+    """One line per error: ``source: field.path: reason (got value)``.
+
+    ``where`` turns a model location into the path the operator wrote, for files whose
+    layout differs from the model's (the stack file's ``servefleet:profiles.<node>``).
+    """
     lines = []
     for item in error.errors(include_url=False):
         loc = prefix + tuple(item["loc"])
@@ -41,5 +56,10 @@ def describe(error: ValidationError, source: str, prefix: tuple[Any, ...] = ()) 
             value = item["input"]
             if not isinstance(value, dict | list):
                 got = f" (got {_shown(value)})"
-        lines.append(f"{source}: {_field_path(loc)}: {message}{got}")
+            if item["type"] in _STRING_EXPECTED and isinstance(
+                value, bool | int | float | datetime.date
+            ):
+                got += f"; YAML read it as a {type(value).__name__}: put it in quotes"
+        path = where(loc) if where is not None else _field_path(loc)
+        lines.append(f"{source}: {path}: {message}{got}")
     return lines

@@ -20,9 +20,15 @@ MAX_DEPTH = 32
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and duplicate keys."""
+    """SafeLoader that refuses aliases, anchors, merge keys, duplicate or unhashable keys,
+    and nesting deeper than :data:`MAX_DEPTH` (checked while composing: PyYAML's composer
+    is recursive, so a file of 100 000 ``[`` would otherwise blow Python's stack)."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._nesting = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.constructor.ConstructorError(
@@ -36,13 +42,33 @@ class _StrictLoader(yaml.SafeLoader):
                 None, None, "YAML anchors (&name) are not allowed; use 'extends:' instead",
                 event.start_mark,
             )
-        return super().compose_node(parent, index)
+        if self._nesting >= MAX_DEPTH:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels", event.start_mark,
+            )
+        self._nesting += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._nesting -= 1
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise yaml.constructor.ConstructorError(
+                    None, None, "YAML merge keys (<<) are not allowed; use 'extends:' instead",
+                    key_node.start_mark,
+                )
             key = self.construct_object(key_node, deep=deep)
-            if key in seen:
+            try:
+                duplicate = key in seen
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key must be a plain value, not a list or mapping",
+                    key_node.start_mark,
+                ) from None
+            if duplicate:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} appears twice", key_node.start_mark
                 )
@@ -60,19 +86,31 @@ def _depth(value: Any, level: int = 0) -> int:
     return level
 
 
+def _too_large(source: str, size: int) -> ConfigError:
+    return ConfigError(
+        f"{source}: file is {size // 1024} KiB, larger than the {MAX_BYTES // 1024} KiB "
+        "limit; refusing to read it"
+    )
+
+
 def parse_yaml(text: str, source: str) -> Any:
     """Parse YAML ``text`` (named ``source`` in errors) with the limits above."""
-    if len(text.encode("utf-8", errors="replace")) > MAX_BYTES:
-        raise ConfigError(f"{source}: file is larger than {MAX_BYTES // 1024} KiB; refusing to read it")
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_BYTES:
+        raise _too_large(source, size)
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        reason = error.problem or error.context or "malformed YAML"
+        reason = " ".join((error.problem or error.context or "malformed YAML").split())
+        if reason.startswith("could not determine a constructor for the tag"):
+            reason = f"YAML tags are not allowed ({reason.rsplit(' ', 1)[-1]})"
         raise ConfigError(f"{source}:{where}: {reason}") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"{source}: malformed YAML ({error})") from None
+        # Reader errors (NUL bytes, control characters) span several lines; keep one.
+        reason = " ".join(str(error).split())
+        raise ConfigError(f"{source}: malformed YAML ({reason})") from None
     if _depth(data) > MAX_DEPTH:
         raise ConfigError(f"{source}: nested deeper than {MAX_DEPTH} levels")
     return data
@@ -86,7 +124,7 @@ def read_yaml(path: Path, display: str | None = None) -> Any:
     except OSError as error:
         raise ConfigError(f"{source}: cannot read ({error.strerror})") from None
     if size > MAX_BYTES:
-        raise ConfigError(f"{source}: file is larger than {MAX_BYTES // 1024} KiB; refusing to read it")
+        raise _too_large(source, size)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:

@@ -27,9 +27,13 @@ IMAGE_REF_RE = re.compile(
 MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 EXTRA_FLAG_RE = re.compile(r"^--[a-z0-9][a-z0-9-]*(?:\.[a-z0-9_]+)*$")
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-PIP_REQ_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._-]+\])?(?:[=<>!~]=?[A-Za-z0-9.*+!-]+)?$")
+PIP_REQ_RE = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._-]+\])?(?:[=<>!~]=?[A-Za-z0-9.*+!-]+)?$"
+)
 
 Engine = Literal["vllm", "llama.cpp"]
+Platform = Literal["linux/amd64", "linux/arm64"]
+ALL_PLATFORMS: tuple[Platform, ...] = ("linux/amd64", "linux/arm64")
 
 KvCacheDtype = Literal[
     "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
@@ -61,10 +65,11 @@ class ImageRef(StrictModel):
     """Repository and tag, e.g. ``vllm/vllm-openai:v0.21.0``."""
     digest: str
     """Content digest ``sha256:…`` the tag pointed to when the profile was written."""
-    platforms: list[Literal["linux/amd64", "linux/arm64"]] = Field(
-        default_factory=lambda: ["linux/amd64", "linux/arm64"]
-    )
+    platforms: list[Platform] = Field(default_factory=lambda: list(ALL_PLATFORMS))
     """Architectures the image is published for; checked against each node's CPU."""
+    provides: list[SafeToken] = Field(default_factory=list)
+    """Capabilities the image has beyond what its engine version implies, named like a
+    patch's ``provides`` (e.g. a nightly built after a PR merged: ``turboquant-hybrid``)."""
 
     @field_validator("ref")
     @classmethod
@@ -110,6 +115,10 @@ class ModelSpec(StrictModel):
         "bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int8", "int4", "awq", "gptq", "gguf"
     ] | None = None
     """Weight format of the checkpoint, used for GPU-capability checks."""
+    kv_bytes_per_token: int | None = Field(None, gt=0)
+    """KV-cache bytes one token takes across every layer that holds KV, at 16 bits per
+    element (Qwen3.6-35B-A3B: 10 attention layers × 2 KV heads × (256 + 256) × 2 B = 20480);
+    memory rules scale it by the KV-cache dtype."""
     fp8_lm_head: bool = False
     """The checkpoint stores lm_head in FP8 (e.g. the NVFP4 checkpoint's ``fp8-head``
     branch); vLLM needs the compressed-tensors lm_head dispatch overlay for it."""
@@ -199,14 +208,19 @@ class VllmSettings(StrictModel):
     @field_validator("extra_args")
     @classmethod
     def _extra_args_are_flags(cls, args: list[str]) -> list[str]:
-        for arg in args:
+        for index, arg in enumerate(args):
             flag, _, value = arg.partition("=")
             if not EXTRA_FLAG_RE.match(flag):
                 raise ValueError(
-                    f"{arg!r} is not a '--flag' or '--flag=value' (lower-case flag names)"
+                    f"[{index}] {arg!r} is not a '--flag' or '--flag=value' (lower-case flag "
+                    "names)"
                 )
-            if any(c in value for c in "\n\r\0"):
-                raise ValueError(f"{flag}: value must be a single line")
+            # Tabs, escapes and line breaks have no business in a flag value; a line break
+            # would also split the command in logs and env files.
+            if not value.isprintable():
+                raise ValueError(
+                    f"[{index}] {flag}: value must be one line of printable characters"
+                )
         return args
 
 

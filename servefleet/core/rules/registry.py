@@ -1,0 +1,95 @@
+"""Every rule, and :func:`validate`, which runs them over a loaded project."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from servefleet.core.project import Project
+from servefleet.core.rules import (
+    flags,
+    hardware,
+    kvcache,
+    llamacpp,
+    memory,
+    node,
+    quantization,
+    serving,
+    speculative,
+)
+from servefleet.core.rules.base import (
+    Finding,
+    NodeContext,
+    Placement,
+    PlacementContext,
+    ProfileContext,
+    Rule,
+    Scope,
+)
+
+RULE_MODULES: tuple[ModuleType, ...] = (
+    kvcache, quantization, serving, speculative, flags, llamacpp, hardware, memory, node,
+)
+"""Modules whose :class:`Rule` objects make up the rule set, in report order."""
+
+
+def _collect(modules: tuple[ModuleType, ...]) -> tuple[Rule, ...]:
+    rules = [value for module in modules for value in vars(module).values()
+             if isinstance(value, Rule)]
+    ids = [r.id for r in rules]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise RuntimeError(f"rule ids defined twice: {', '.join(duplicates)}")
+    return tuple(rules)
+
+
+ALL_RULES: tuple[Rule, ...] = _collect(RULE_MODULES)
+"""The rule set (immutable)."""
+
+
+def rule_by_id(rule_id: str) -> Rule:
+    """The rule called ``rule_id``; ``KeyError`` if there is none."""
+    for rule in ALL_RULES:
+        if rule.id == rule_id:
+            return rule
+    raise KeyError(rule_id)
+
+
+def placements(project: Project) -> list[Placement]:
+    """The stack's deployments with their resolved profiles and ports."""
+    return [
+        Placement(deployment=dep, profile=project.profiles[dep.profile],
+                  profile_file=project.profile_files[dep.profile], port=project.port_of(dep))
+        for dep in project.stack.deployments
+    ]
+
+
+def validate(project: Project, rules: tuple[Rule, ...] = ALL_RULES) -> list[Finding]:
+    """Run ``rules`` over ``project``: every profile once, every deployment against its
+    node (with its neighbours), and every node the stack uses. Errors come first."""
+    findings: list[Finding] = []
+    by_scope = {scope: [r for r in rules if r.scope is scope] for scope in Scope}
+    for name in sorted(project.profiles):
+        context = ProfileContext(profile=project.profiles[name],
+                                 file=project.profile_files[name])
+        for rule in by_scope[Scope.PROFILE]:
+            findings.extend(rule.run(context))
+    placed = placements(project)
+    for placement in placed:
+        node_name = placement.deployment.node
+        neighbours = tuple(p for p in placed
+                           if p.deployment.node == node_name and p is not placement)
+        placement_context = PlacementContext(
+            placement=placement, node=project.nodes[node_name],
+            node_file=project.node_files[node_name], stack_file=project.stack_file,
+            neighbours=neighbours)
+        for rule in by_scope[Scope.PLACEMENT]:
+            findings.extend(rule.run(placement_context))
+    for node_name in project.stack.nodes:
+        node_context = NodeContext(
+            node=project.nodes[node_name], node_file=project.node_files[node_name],
+            stack_file=project.stack_file,
+            placements=tuple(p for p in placed if p.deployment.node == node_name))
+        for rule in by_scope[Scope.NODE]:
+            findings.extend(rule.run(node_context))
+    # Stable order: by severity, then file; rules keep their order within a file.
+    return sorted(findings, key=lambda f: (f.severity.rank, f.file))
