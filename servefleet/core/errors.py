@@ -64,3 +64,7 @@ class HealthGateFailed(ServefleetError):
 
 class SimError(ServefleetError):
     """The simulated fleet could not be started, stopped or inspected."""
+
+
+class BootLogError(ServefleetError):
+    """An engine boot log could not be read."""

@@ -1,0 +1,82 @@
+"""Rules shared by the Python engines (vLLM, SGLang): exception lines and tracebacks.
+
+An exception line counts only when it was printed raw (Python's own traceback printer) or
+at ERROR/CRITICAL level: a traceback logged as a WARNING is a survivable import problem,
+not a crash. During boot, an exception of a boot-failure class ends the boot; once the
+engine serves, only engine-death classes do (a bad request also logs an exception).
+"""
+
+from __future__ import annotations
+
+import re
+
+from servefleet.core.bootlog.failures import BOOT_FATAL, EXCEPTION_LINE, RUNTIME_FATAL, classify
+from servefleet.core.bootlog.lines import LogLine
+from servefleet.core.bootlog.rules import (
+    ALWAYS,
+    BOOT,
+    DYING,
+    INSPECT,
+    SERVING,
+    EngineState,
+    Rule,
+    excerpt,
+)
+
+QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
+
+
+def exception_line(state: EngineState, line: LogLine, _rx: tuple[re.Pattern[str], ...]) -> bool:
+    """A Python exception line: remember it as a possible cause; fatal classes end the
+    boot (or, while serving, the server)."""
+    if line.level in QUIET_LEVELS:
+        return True
+    match = EXCEPTION_LINE.match(line.msg)
+    if match is None:
+        return True
+    if match.group(2) == "KeyboardInterrupt":
+        state.mark_shutdown()
+        return True
+    kv_alloc, capturing = state.tracebacks.context(line.process)
+    cls = classify(line.msg, kv_alloc=kv_alloc, capturing=capturing or state.capturing)
+    proof = excerpt(line)
+    state.note_cause(cls, line.msg, proof)
+    if cls in (BOOT_FATAL if state.ready is None else RUNTIME_FATAL):
+        state.mark_fatal(proof)
+    return True
+
+
+def _traceback(state: EngineState, line: LogLine, _rx: tuple[re.Pattern[str], ...]) -> bool:
+    state.tracebacks.start(line.process, line.lineno)
+    if state.phase == SERVING and line.level not in QUIET_LEVELS:
+        state.window = True
+    return True
+
+
+def _frame(state: EngineState, line: LogLine, _rx: tuple[re.Pattern[str], ...]) -> bool:
+    top = state.tracebacks.frame(line.process, line.lineno, line.msg)
+    if top and line.level not in QUIET_LEVELS:
+        # An uncaught exception reached the script's top level or a multiprocessing
+        # child's entry point: that process is exiting.
+        state.mark_fatal(excerpt(line))
+    return True
+
+
+#: ERE/Python pattern of an exception line, for the benchmark's grep.
+_EXC = "[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt)(: |$)"
+
+_ERRORS = BOOT | DYING | INSPECT
+
+# While serving, request errors are logged with tracebacks all the time; searching every
+# line for "Error" would cost a slow pass. Instead the scanner reads the first frame after
+# each traceback header (a top-level frame means the process is exiting), engines add
+# anchors for their runtime-fatal exceptions, and a fatal marker switches to DYING, where
+# every error line is read again.
+PYTHON_ERROR_RULES: tuple[Rule, ...] = (
+    Rule("Error", (_EXC,), exception_line, _ERRORS),
+    Rule("Exception", (_EXC,), exception_line, _ERRORS),
+    Rule("KeyboardInterrupt", ("KeyboardInterrupt",), exception_line, _ERRORS),
+    Rule("Traceback (most recent call last)", (r"Traceback \(most recent call last\)",),
+         _traceback, ALWAYS | INSPECT),
+    Rule('File "', ('File "[^"]*", line [0-9]+, in ',), _frame, _ERRORS),
+)
