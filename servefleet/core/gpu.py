@@ -389,8 +389,12 @@ def gpu_name_matches(expected: str, observed: str) -> bool:
 
 def _check_memory(result: GpuProbeResult, gpu: ProbedGpu, want: ExpectedGpu, field: str,
                   discrete_tolerance: float, unified_tolerance: float) -> list[Mismatch]:
-    if want.unified_memory:
+    if want.unified_memory and gpu.memory_source == "host":
+        # NVML answered "Not Supported" (GB10): the pool is the host's memory.
         total, tolerance, what = result.host.mem_total_bytes, unified_tolerance, "host MemTotal"
+    elif want.unified_memory:
+        # The device reports its pool itself; still the unified pool, with its slack.
+        total, tolerance, what = gpu.memory_total_bytes, unified_tolerance, "unified memory"
     else:
         total, tolerance, what = gpu.memory_total_bytes, discrete_tolerance, "device memory"
     found: list[Mismatch] = []
@@ -520,7 +524,10 @@ def free_memory_check(result: GpuProbeResult, utilization: float, unified: bool,
         return "GPU memory could not be read: " + ("; ".join(result.errors) or "no GPUs found")
     problems = []
     if unified:
-        total, free = result.host.mem_total_bytes, result.host.mem_available_bytes
+        first = result.gpus[0]
+        # Only where the device has no figures of its own is the host's memory the pool.
+        total, free = result.gpu_memory(first) if first.memory_source == "device" else (
+            result.host.mem_total_bytes, result.host.mem_available_bytes)
         if total is None or free is None:
             return "unified memory: host memory (/proc/meminfo) could not be read"
         need = total * utilization

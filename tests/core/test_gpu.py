@@ -305,3 +305,20 @@ def test_foreign_processes_are_warnings() -> None:
                     processes=(ProbedProcess(pid=9),))
     (unknown,) = foreign_processes(GpuProbeResult(source="nvml", gpus=(gpu,)))
     assert "pid 9 (unknown)" in unknown.message
+
+
+def test_unified_gpu_that_reports_its_own_pool_is_compared_on_it() -> None:
+    # A unified-memory device whose driver does report memory: its own figure is the pool,
+    # whatever the host's /proc/meminfo says (only "Not Supported" sends us to the host).
+    host = parse_meminfo("MemTotal: 24000000 kB\nMemAvailable: 20000000 kB\n")
+    row = "0, NVIDIA GB10, GPU-1, 580.142, 131072, 120000, 12.1, Enabled, [N/A]\n"
+    result = result_from_nvidia_smi(row, "", "CUDA Version : 13.0\n",
+                                    host.model_copy(update={"arch": "aarch64"}))
+    expected = ExpectedGpuFacts(
+        gpus=(ExpectedGpu(name="NVIDIA GB10", memory_gib=128, unified_memory=True,
+                          compute_capability="12.1"),),
+        driver_version="580.142", cuda_version="13.0", arch="aarch64")
+    assert compare_with_inventory(result, expected) == []
+    assert free_memory_check(result, 0.45, unified=True) is None
+    message = free_memory_check(result, 0.95, unified=True)
+    assert message is not None and "117.2 GiB available of 128.0 GiB" in message

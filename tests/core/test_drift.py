@@ -1,0 +1,330 @@
+"""Drift comparison from plain data: each kind found from a node's facts, with its values.
+
+The desired side is rendered from the shipped reference stack; the "clean" observation is
+what a node reports right after a correct deploy of it (built here from the same release),
+and each test changes one fact the way the drift would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from servefleet.core.drift import (
+    BootSummary,
+    DesiredNode,
+    DriftKind,
+    NodeObservation,
+    ObservedContainerState,
+    ObservedDeploymentState,
+    ObservedEnvValue,
+    build_report,
+    compare,
+    desired_deployment,
+    engine_version_matches,
+    merged_engine_service,
+    parse_dotenv,
+)
+from servefleet.core.gpu import ExpectedGpu, ExpectedGpuFacts, parse_probe_json
+from servefleet.core.project import load_project
+from servefleet.core.render import RenderedRelease, render_release
+from servefleet.core.secrets import secret_digest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROBE = REPO_ROOT / "tests" / "adapters" / "data" / "h200-probe-nvml.json"
+SECRET = "hf_not_a_real_token_1234"
+IMAGE_ID = "sha256:" + "1" * 64
+OTHER_IMAGE_ID = "sha256:" + "2" * 64
+H200 = ExpectedGpuFacts(
+    gpus=(ExpectedGpu(name="NVIDIA H200", count=1, memory_gib=140,
+                      compute_capability="9.0"),),
+    driver_version="580.159", cuda_version="13.0", arch="x86_64",
+)
+
+
+@pytest.fixture(scope="module")
+def release() -> RenderedRelease:
+    project = load_project(REPO_ROOT, "reference")
+    deployment = next(d for d in project.deployments() if d.key == "dgx-spark-2/main")
+    return render_release(project, deployment, {"HF_TOKEN": SECRET})
+
+
+def _desired(release: RenderedRelease, **changes: object) -> DesiredNode:
+    want = desired_deployment(
+        node=release.node, deployment=release.deployment, profile=release.profile,
+        profile_identity=release.profile_identity, release_id=release.release_id,
+        files=release.files, file_hashes=release.file_hashes,
+        compose_files=release.compose_files, secret_names=release.secret_names,
+        secrets={"HF_TOKEN": SECRET}, engine=release.engine,
+        engine_version=release.engine_version, kv_tolerance=0.05,
+        cudagraph_mode="PIECEWISE", kv_baseline_tokens=323_000, image_id=IMAGE_ID,
+    )
+    return DesiredNode(node=release.node, gpu=H200,
+                       deployments=(want.model_copy(update=changes),))
+
+
+def _env(release: RenderedRelease) -> dict[str, ObservedEnvValue]:
+    service = merged_engine_service(release.files, release.compose_files)
+    env = {k: ObservedEnvValue(sha256=secret_digest(v), value=v)
+           for k, v in service.environment.items()}
+    env["HF_TOKEN"] = ObservedEnvValue(sha256=secret_digest(SECRET))
+    env["PATH"] = ObservedEnvValue(sha256=secret_digest("/usr/bin:/bin"))  # from the image
+    return env
+
+
+def _clean(release: RenderedRelease) -> NodeObservation:
+    service = merged_engine_service(release.files, release.compose_files)
+    container = ObservedContainerState(
+        id="c" * 64, name="main-engine-1", status="running", restart_count=0,
+        command=service.command, env=_env(release),
+        labels={**service.labels, "com.docker.compose.project": "main",
+                "org.opencontainers.image.version": "24.04"},
+        image_ref=service.image, image_id=IMAGE_ID,
+        repo_digests=(f"vllm/vllm-openai@{service.image.split('@')[1]}",),  # type: ignore[union-attr]
+        ref_image_id=IMAGE_ID,
+        image_env={"PATH": secret_digest("/usr/bin:/bin")},
+        image_labels={"org.opencontainers.image.version": "24.04"},
+        patch_marker_sha256=None, patch_marker_checked=True,
+    )
+    state = ObservedDeploymentState(
+        deployment="main", present=True, current_release=release.release_id,
+        manifest={"release_id": release.release_id,
+                  "files": {p: {"sha256": h} for p, h in release.file_hashes.items()}},
+        file_hashes=dict(release.file_hashes),
+        release_secret_digests={"HF_TOKEN": secret_digest(SECRET)},
+        container=container,
+        boot=BootSummary(outcome="ready", kv_cache_tokens=323_456, cudagraph_mode="PIECEWISE"),
+        engine_version="0.21.0",
+    )
+    return NodeObservation(node=release.node, gpu=parse_probe_json(PROBE.read_text()),
+                           deployments={"main": state})
+
+
+def _with(observation: NodeObservation, **changes: object) -> NodeObservation:
+    state = observation.deployments["main"].model_copy(update=changes)
+    return observation.model_copy(update={"deployments": {"main": state}})
+
+
+def _with_container(observation: NodeObservation, **changes: object) -> NodeObservation:
+    container = observation.deployments["main"].container
+    assert container is not None
+    return _with(observation, container=container.model_copy(update=changes))
+
+
+def test_a_node_that_matches_has_no_items(release: RenderedRelease) -> None:
+    items = compare(_desired(release), _clean(release))
+    assert items == []
+    assert build_report({"dgx-spark-2": items}).exit_code == 0
+
+
+def test_release_differs(release: RenderedRelease) -> None:
+    observed = _with(_clean(release), current_release="0123456789ab")
+    items = compare(_desired(release), observed)
+    kinds = [i.kind for i in items]
+    assert DriftKind.RELEASE in kinds
+    item = next(i for i in items if i.kind is DriftKind.RELEASE)
+    assert (item.expected, item.observed) == (release.release_id, "0123456789ab")
+
+
+def test_hand_edited_compose_file(release: RenderedRelease) -> None:
+    edited = hashlib.sha256(release.files["compose.yaml"] + b"# edited\n").hexdigest()
+    observed = _with(_clean(release), file_hashes={**release.file_hashes,
+                                                   "compose.yaml": edited})
+    [item] = compare(_desired(release), observed)
+    assert item.kind is DriftKind.FILE_HASH
+    assert item.subject == "compose.yaml"
+    assert (item.expected, item.observed) == (release.file_hashes["compose.yaml"], edited)
+
+
+def test_file_hash_against_the_manifest_when_the_release_is_another(
+        release: RenderedRelease) -> None:
+    hashes = {**release.file_hashes, ".env": "0" * 64}
+    observed = _with(_clean(release), current_release="0123456789ab", file_hashes=hashes)
+    items = compare(_desired(release), observed)
+    assert {i.kind for i in items} == {DriftKind.RELEASE, DriftKind.FILE_HASH}
+    [item] = [i for i in items if i.kind is DriftKind.FILE_HASH]
+    assert (item.subject, item.observed) == (".env", "0" * 64)
+
+
+def test_container_missing(release: RenderedRelease) -> None:
+    [item] = compare(_desired(release), _with(_clean(release), container=None))
+    assert item.kind is DriftKind.CONTAINER_MISSING
+
+
+def test_container_stopped(release: RenderedRelease) -> None:
+    observed = _with_container(_clean(release), status="exited", exit_code=137)
+    [item] = compare(_desired(release), observed)
+    assert item.kind is DriftKind.CONTAINER_STOPPED
+    assert item.observed == "exited (exit 137)"
+
+
+def test_container_restarting_and_restart_count(release: RenderedRelease) -> None:
+    looping = _with_container(_clean(release), status="restarting", restart_count=4)
+    [item] = compare(_desired(release), looping)
+    assert item.kind is DriftKind.CONTAINER_RESTARTING
+    assert item.observed == "restarting (4 restarts)"
+    restarted = _with_container(_clean(release), restart_count=2)
+    [item] = compare(_desired(release), restarted)
+    assert (item.kind, item.expected, item.observed) == (DriftKind.CONTAINER_RESTARTING, 0, 2)
+
+
+def test_command_differs(release: RenderedRelease) -> None:
+    container = _clean(release).deployments["main"].container
+    assert container is not None and container.command is not None
+    argv = [a if a != "32" else "64" for a in container.command]
+    [item] = compare(_desired(release), _with_container(_clean(release), command=tuple(argv)))
+    assert item.kind is DriftKind.COMMAND
+    assert item.observed == argv
+    assert "added 64" in item.message and "missing 32" in item.message
+
+
+def test_env_changed_added_and_secret(release: RenderedRelease) -> None:
+    env = dict(_env(release))
+    name = next(iter(merged_engine_service(release.files, release.compose_files).environment))
+    env[name] = ObservedEnvValue(sha256=secret_digest("other"), value="other")
+    env["HF_TOKEN"] = ObservedEnvValue(sha256=secret_digest("hf_rotated_by_hand"))
+    env["DEBUG_BY_HAND"] = ObservedEnvValue(sha256=secret_digest("1"))
+    items = compare(_desired(release), _with_container(_clean(release), env=env))
+    assert [i.kind for i in items] == [DriftKind.ENV] * 3
+    by_subject = {i.subject: i for i in items}
+    assert by_subject[name].observed == "other"
+    assert by_subject["HF_TOKEN"].expected == "(secret)"
+    assert by_subject["DEBUG_BY_HAND"].expected is None
+    text = json.dumps([i.model_dump(mode="json") for i in items])
+    assert SECRET not in text and "hf_rotated_by_hand" not in text
+
+
+def test_secret_compared_with_the_release_env_file_when_git_has_no_value(
+        release: RenderedRelease) -> None:
+    desired = _desired(release, secret_env={"HF_TOKEN": None})
+    env = {**_env(release), "HF_TOKEN": ObservedEnvValue(sha256=secret_digest("x" * 8))}
+    [item] = compare(desired, _with_container(_clean(release), env=env))
+    assert (item.kind, item.subject) == (DriftKind.ENV, "HF_TOKEN")
+    assert "engine.env" in item.message
+
+
+def test_labels_changed_and_added(release: RenderedRelease) -> None:
+    container = _clean(release).deployments["main"].container
+    assert container is not None
+    labels = {**container.labels, "io.servefleet.profile": "by-hand", "owner": "bob"}
+    items = compare(_desired(release), _with_container(_clean(release), labels=labels))
+    assert [i.kind for i in items] == [DriftKind.LABELS, DriftKind.LABELS]
+    by_subject = {i.subject: i for i in items}
+    assert by_subject["io.servefleet.profile"].observed == "by-hand"
+    assert (by_subject["owner"].expected, by_subject["owner"].observed) == (None, "bob")
+
+
+def test_image_id_differs_from_the_recorded_one(release: RenderedRelease) -> None:
+    observed = _with_container(_clean(release), image_id=OTHER_IMAGE_ID,
+                               ref_image_id=OTHER_IMAGE_ID)
+    [item] = compare(_desired(release), observed)
+    assert (item.kind, item.expected, item.observed) == (DriftKind.IMAGE_DIGEST, IMAGE_ID,
+                                                         OTHER_IMAGE_ID)
+
+
+def test_repo_digest_differs_from_the_pin(release: RenderedRelease) -> None:
+    desired = _desired(release)
+    desired = desired.model_copy(update={"deployments": (desired.deployments[0].model_copy(
+        update={"image": desired.deployments[0].image.model_copy(update={"image_id": None})}),)})
+    moved = ("vllm/vllm-openai@sha256:" + "9" * 64,)
+    [item] = compare(desired, _with_container(_clean(release), repo_digests=moved))
+    assert item.kind is DriftKind.IMAGE_DIGEST and item.subject == "repo_digest"
+    assert item.observed == list(moved)
+
+
+def test_tag_moved_under_the_running_container(release: RenderedRelease) -> None:
+    [item] = compare(_desired(release),
+                     _with_container(_clean(release), ref_image_id=OTHER_IMAGE_ID))
+    assert (item.kind, item.subject) == (DriftKind.IMAGE_DIGEST, "image_ref")
+    assert (item.expected, item.observed) == (IMAGE_ID, OTHER_IMAGE_ID)
+
+
+def test_patch_marker_missing_present_or_different(release: RenderedRelease) -> None:
+    marker = "a" * 64
+    [item] = compare(_desired(release, patch_marker_sha256=marker), _clean(release))
+    assert (item.kind, item.expected, item.observed) == (DriftKind.PATCH_SET, marker, None)
+    [item] = compare(_desired(release),
+                     _with_container(_clean(release), patch_marker_sha256="b" * 64))
+    assert (item.kind, item.expected, item.observed) == (DriftKind.PATCH_SET, None, "b" * 64)
+    # A stopped container cannot be looked into: no patch-set item then.
+    unchecked = _with_container(_clean(release), patch_marker_checked=False)
+    assert compare(_desired(release, patch_marker_sha256=marker), unchecked) == []
+
+
+def test_driver_cuda_and_gpu_from_the_probe(release: RenderedRelease) -> None:
+    desired = _desired(release).model_copy(update={"gpu": H200.model_copy(update={
+        "driver_version": "570.86", "cuda_version": "12.8",
+        "gpus": (ExpectedGpu(name="NVIDIA H200", count=2, memory_gib=140,
+                             compute_capability="9.0"),)})})
+    items = compare(desired, _clean(release))
+    by_kind = {i.kind: i for i in items}
+    assert (by_kind[DriftKind.DRIVER].expected, by_kind[DriftKind.DRIVER].observed) == \
+        ("570.86", "580.159.04")
+    assert (by_kind[DriftKind.CUDA].expected, by_kind[DriftKind.CUDA].observed) == \
+        ("12.8", "13.0")
+    assert (by_kind[DriftKind.GPU].expected, by_kind[DriftKind.GPU].observed) == ("2", "1")
+    assert all(i.deployment is None for i in items)
+
+
+def test_engine_version(release: RenderedRelease) -> None:
+    [item] = compare(_desired(release), _with(_clean(release), engine_version="0.22.1"))
+    assert (item.kind, item.expected, item.observed) == (DriftKind.ENGINE_VERSION, "0.21.0",
+                                                         "0.22.1")
+    assert engine_version_matches("0.19.1rc1.dev328", "0.19.1rc1.dev328+g18013df6a")
+    assert engine_version_matches("b8680", "b8680-1a2b3c4")
+    assert not engine_version_matches("b8680", "b8681-1a2b3c4")
+    assert not engine_version_matches("0.21.0", "0.21.01")
+
+
+def test_kv_pool_beyond_tolerance(release: RenderedRelease) -> None:
+    boot = BootSummary(outcome="ready", kv_cache_tokens=174_000, cudagraph_mode="PIECEWISE")
+    [item] = compare(_desired(release), _with(_clean(release), boot=boot))
+    assert (item.kind, item.expected, item.observed) == (DriftKind.KV_POOL, 323_000, 174_000)
+    within = boot.model_copy(update={"kv_cache_tokens": 330_000})  # +2.2 %
+    assert compare(_desired(release), _with(_clean(release), boot=within)) == []
+
+
+def test_cudagraph_mode(release: RenderedRelease) -> None:
+    boot = BootSummary(outcome="ready", kv_cache_tokens=323_000,
+                       cudagraph_mode="FULL_AND_PIECEWISE")
+    [item] = compare(_desired(release), _with(_clean(release), boot=boot))
+    assert (item.kind, item.expected, item.observed) == (DriftKind.CUDAGRAPH_MODE, "PIECEWISE",
+                                                         "FULL_AND_PIECEWISE")
+
+
+def test_unreachable_is_the_only_item_and_an_error(release: RenderedRelease) -> None:
+    observed = NodeObservation(node=release.node, unreachable="connection refused")
+    [item] = compare(_desired(release), observed)
+    assert item.kind is DriftKind.UNREACHABLE
+    report = build_report({"a": [item], "b": []})
+    assert (report.exit_code, report.nodes["b"].status) == (1, "ok")
+
+
+def test_drift_exits_2_and_error_wins(release: RenderedRelease) -> None:
+    drifted = compare(_desired(release), _with(_clean(release), engine_version="0.22.1"))
+    assert build_report({"a": drifted}).exit_code == 2
+    assert build_report({"a": drifted}, errors=["bad stack file"]).exit_code == 1
+    data = json.loads(build_report({"a": drifted}).to_json())
+    assert data["status"] == "drift"
+    assert data["nodes"]["a"]["items"][0]["kind"] == "engine-version"
+
+
+def test_merged_service_applies_overrides_in_order() -> None:
+    files = {
+        ".env": b"SERVEFLEET_RELEASE=abc\n",
+        "compose.yaml": b"services:\n  engine:\n    image: a:1\n    command: [x, y]\n"
+                        b"    environment: {A: '1', B: '$$HOME'}\n"
+                        b"    labels: {l1: v1}\n",
+        "compose.override.1.yaml": b"services:\n  engine:\n"
+                                   b"    image: sim/standin:${SERVEFLEET_RELEASE}\n"
+                                   b"    environment: [A=2, C=3]\n    labels: [l2=v2]\n",
+    }
+    service = merged_engine_service(files, ["compose.yaml", "compose.override.1.yaml"])
+    assert service.image == "sim/standin:abc"
+    assert service.command == ("x", "y")
+    assert service.environment == {"A": "2", "B": "$HOME", "C": "3"}
+    assert service.labels == {"l1": "v1", "l2": "v2"}
+    assert parse_dotenv(b"# c\nA='x y'\nB=2\n") == {"A": "x y", "B": "2"}
