@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import select
 import shlex
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,7 @@ class SshTransport:
         self.mask = mask or SecretMask()
         self._client: paramiko.SSHClient | None = None
         self._connect_attempts = connect_attempts
+        self._pkey: paramiko.PKey | None = None
 
     # -- connection -------------------------------------------------------------------
     def __enter__(self) -> SshTransport:
@@ -116,6 +118,7 @@ class SshTransport:
                 f"{self.node.name}`, check the fingerprint on the node's console, and paste "
                 "the line into its inventory file"
             )
+        self._load_identity()
         attempt = retry(
             retry=retry_if_exception(_is_transient),
             wait=wait_random_exponential(multiplier=0.3, max=5),
@@ -138,6 +141,18 @@ class SshTransport:
                 f"({error or type(error).__name__})"
             ) from None
 
+    def _load_identity(self) -> None:
+        """Parse the identity file once: given a file name, paramiko tries every key type
+        on every connect, which costs CPU that a 50-node fan-out feels."""
+        path = self.node.ssh.identity_file
+        if not path or self._pkey is not None:
+            return
+        try:
+            self._pkey = paramiko.PKey.from_path(Path(path).expanduser())
+        except (OSError, ValueError, paramiko.SSHException) as error:
+            raise UnreachableNode(f"{self.node.name}: cannot use the identity file {path} "
+                                  f"({error or type(error).__name__})") from None
+
     def _connect_once(self) -> None:
         ssh = self.node.ssh
         sock = socket.create_connection((self.node.address, ssh.port),
@@ -148,13 +163,10 @@ class SshTransport:
         for key in _pinned_keys(self.node):
             host_keys.add(self.host_alias, key.get_name(), key)
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        key_filename = None
-        if ssh.identity_file:
-            key_filename = str(Path(ssh.identity_file).expanduser())
         try:
             client.connect(
                 self.node.address, port=ssh.port, username=ssh.user, sock=sock,
-                key_filename=key_filename, allow_agent=ssh.agent, look_for_keys=False,
+                pkey=self._pkey, allow_agent=ssh.agent, look_for_keys=False,
                 timeout=ssh.connect_timeout_seconds, banner_timeout=ssh.connect_timeout_seconds,
                 auth_timeout=ssh.connect_timeout_seconds,
             )
@@ -240,21 +252,27 @@ class SshTransport:
                 if channel.recv_stderr_ready():
                     stderr += channel.recv_stderr(65536)
                     continue
-                if channel.exit_status_ready() and not channel.recv_ready() and \
-                        not channel.recv_stderr_ready():
+                if channel.exit_status_ready():
                     break
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"no exit after {timeout:.0f} s")
-                channel.status_event.wait(0.05)
-                if channel.closed and not channel.recv_ready() and \
-                        not channel.recv_stderr_ready() and not channel.exit_status_ready():
+                if channel.closed:
                     raise EOFError("channel closed before the command exited")
+                remaining = 1.0 if deadline is None else deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"no exit after {timeout:.0f} s")
+                # The channel's pipe wakes select() as soon as output or EOF arrives; the
+                # exit status comes just after EOF, so the short wait below is for it alone.
+                readable, _, _ = select.select([channel], [], [], min(remaining, 1.0))
+                if not readable:
+                    continue
+                if not (channel.recv_ready() or channel.recv_stderr_ready()):
+                    channel.status_event.wait(min(max(remaining, 0.0), 0.01))
             return CommandResult(channel.recv_exit_status(), bytes(stdout), bytes(stderr))
         finally:
             channel.close()
 
     def stream_lines(self, argv: Sequence[str], *, timeout: float | None = None,
-                     should_stop: Callable[[], bool] | None = None) -> Iterator[bytes]:
+                     should_stop: Callable[[], bool] | None = None,
+                     ) -> Generator[bytes, None, None]:
         """Yield stdout+stderr lines of a long-running command (e.g. ``docker logs -f``)
         as they arrive; closing the generator stops the remote command."""
         self.connect()
