@@ -1,0 +1,179 @@
+"""What ``sim up`` writes so the rest of servefleet reaches simulated nodes like real ones.
+
+- ``nodes/sim/<name>.yaml``: the node's inventory (``simulated: true``), pinned host key,
+  the generated client key, and its compose override;
+- ``nodes/sim/<name>.override.yaml.j2``: the node's copy of ``compose-override.yaml.j2``
+  with the node's GPU and control folder filled in (the deployment's facts stay Jinja2
+  variables, rendered at deploy time like any node-local override);
+- ``nodes/sim/known_hosts``: every node's host key in OpenSSH format;
+- the node's ``control/gpu.json``, the readout of the stand-in ``nvidia-smi``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servefleet.sim.layout import NodeLayout
+from servefleet.sim.spec import NodeSpec
+
+OVERRIDE_TEMPLATE = Path(__file__).with_name("compose-override.yaml.j2")
+INVENTORY_SUBDIR = Path("nodes") / "sim"
+PORTS = [8000, 8001]
+HEADER = ("# Written by `servefleet sim up` for a simulated node; `sim down` removes it.\n"
+          "# Edit servefleet/sim instead: every way a simulated node differs lives there.\n")
+
+
+def inventory_dir(project_dir: Path) -> Path:
+    """``<project>/nodes/sim``."""
+    return project_dir / INVENTORY_SUBDIR
+
+
+def override_file(project_dir: Path, name: str) -> Path:
+    """The node's own compose override template."""
+    return inventory_dir(project_dir) / f"{name}.override.yaml.j2"
+
+
+def node_file(project_dir: Path, name: str) -> Path:
+    """The node's inventory file."""
+    return inventory_dir(project_dir) / f"{name}.yaml"
+
+
+def known_hosts_file(project_dir: Path) -> Path:
+    """The fleet's known_hosts."""
+    return inventory_dir(project_dir) / "known_hosts"
+
+
+def gpu_uuid(spec: NodeSpec) -> str:
+    """A stable GPU UUID for the node, in NVIDIA's ``GPU-…`` form."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{spec.name}.gpu0.servefleet-sim"))
+
+
+def gpu_readout(spec: NodeSpec) -> dict[str, Any]:
+    """The stand-in ``nvidia-smi``'s ``gpu.json`` for a freshly booted node: the inventory's
+    values, an idle GPU."""
+    total = spec.gpu.memory_gib * 1024
+    return {
+        "driver_version": spec.driver_version,
+        "cuda_version": spec.cuda_version,
+        "gpus": [{
+            "name": spec.gpu.name,
+            "uuid": gpu_uuid(spec),
+            # GB10's GPU sits on PCI domain 000F; a desktop card on bus 01 of domain 0.
+            "pci_bus_id": "0000000F:01:00.0" if spec.gpu.unified_memory else "00000000:01:00.0",
+            "memory_total_mib": total,
+            "memory_free_mib": total,
+            "compute_cap": spec.gpu.compute_capability,
+            "persistence_mode": True,
+            "mig_mode": None,
+        }],
+        "processes": [],
+    }
+
+
+def write_gpu_readout(spec: NodeSpec, node: NodeLayout) -> None:
+    """Write the node's ``gpu.json``."""
+    node.control_dir.mkdir(parents=True, exist_ok=True)
+    node.gpu_json.write_text(json.dumps(gpu_readout(spec), indent=1) + "\n")
+
+
+def render_override(spec: NodeSpec, node: NodeLayout) -> str:
+    """The node's override template: ``{% set %}`` lines with the node's facts, then the
+    shared template, whose deployment variables stay for deploy time."""
+    facts = {
+        "sim_gpu_name": spec.gpu.name,
+        "sim_gpu_memory_gib": str(spec.gpu.memory_gib),
+        "sim_unified_memory": "1" if spec.gpu.unified_memory else "0",
+        "sim_compute_capability": spec.gpu.compute_capability,
+        "sim_control_dir": str(node.control_dir),
+    }
+    lines = [f"{{#- Simulated node {spec.name}: written by `servefleet sim up`. -#}}"]
+    # A JSON string is a valid Jinja2 string literal for these plain values.
+    lines += [f"{{%- set {key} = {json.dumps(value)} %}}" for key, value in facts.items()]
+    return "\n".join(lines) + "\n" + OVERRIDE_TEMPLATE.read_text()
+
+
+def node_document(spec: NodeSpec, node: NodeLayout, *, client_key: Path, host_key: str,
+                  override: Path) -> dict[str, Any]:
+    """The node's inventory, in the inventory schema (``servefleet.core.models.inventory``)."""
+    return {
+        "name": spec.name,
+        "simulated": True,
+        "address": spec.address,
+        "ssh": {
+            "user": "root",
+            "port": 22,
+            "identity_file": str(client_key),
+            "host_keys": [host_key],
+        },
+        "arch": spec.arch,
+        "gpus": [{
+            "name": spec.gpu.name,
+            "count": 1,
+            "memory_gib": spec.gpu.memory_gib,
+            "unified_memory": spec.gpu.unified_memory,
+            "compute_capability": spec.gpu.compute_capability,
+        }],
+        "host_memory_gib": spec.host_memory_gib,
+        "driver_version": spec.driver_version,
+        "cuda_version": spec.cuda_version,
+        "base_dir": str(node.base_dir),
+        "hf_cache": str(node.hf_cache),
+        "ports": list(PORTS),
+        "compose_overrides": [str(override)],
+        "labels": {"simulated": "true"},
+        "sim": {"control_dir": str(node.control_dir)},
+    }
+
+
+def known_hosts_lines(spec: NodeSpec, host_key: str) -> list[str]:
+    """known_hosts entries for the node: OpenSSH looks port 22 up under the bare address
+    and other ports under ``[address]:port``; both are written."""
+    return [f"{spec.address} {host_key}", f"[{spec.address}]:22 {host_key}"]
+
+
+def write(project_dir: Path, nodes: list[tuple[NodeSpec, NodeLayout, str]],
+          client_key: Path) -> list[Path]:
+    """Write every node's files and the known_hosts; returns the paths written."""
+    folder = inventory_dir(project_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    known: list[str] = []
+    for spec, node, host_key in sorted(nodes, key=lambda item: item[0].index):
+        override = override_file(project_dir, spec.name)
+        _write_if_changed(override, render_override(spec, node))
+        document = node_document(spec, node, client_key=client_key, host_key=host_key,
+                                 override=override)
+        path = node_file(project_dir, spec.name)
+        _write_if_changed(path, HEADER + yaml.safe_dump(document, sort_keys=False, width=200))
+        written += [override, path]
+        known += known_hosts_lines(spec, host_key)
+    hosts = known_hosts_file(project_dir)
+    _write_if_changed(hosts, "\n".join(known) + "\n")
+    written.append(hosts)
+    return written
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    # Unchanged files keep their mtime, so a warm `sim up` does not look like an edit.
+    if path.is_file() and path.read_text() == text:
+        return
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    partial.rename(path)
+
+
+def remove(paths: list[str]) -> None:
+    """Remove inventory files ``up`` wrote (and the folder when it is left empty)."""
+    folders = set()
+    for raw in paths:
+        path = Path(raw)
+        path.unlink(missing_ok=True)
+        folders.add(path.parent)
+    for folder in folders:
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()

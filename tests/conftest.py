@@ -1,0 +1,101 @@
+"""Fixtures shared by every test package: the simulated fleet, and the rule for components
+that cannot start (fail in CI, skip elsewhere).
+
+The fleet is brought up once per test session (``sim_fleet``) and stopped at its end, unless
+another session still uses it or it was already running before (then it is left as found).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+from servefleet.sim.testbed import FleetHandle
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED = REPO_ROOT.parent / "shared"
+
+
+def in_ci() -> bool:
+    """Whether the tests run in CI (``CI=true``), where every component must start."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def component_unavailable(reason: str) -> NoReturn:
+    """A real component (sshd, dockerd, compose, hadolint, pulumi) cannot run here: in CI
+    the test fails, elsewhere it is skipped with ``reason``."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: every component must start here)", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_program(name: str) -> str:
+    """Absolute path of a program, or :func:`component_unavailable`."""
+    found = shutil.which(name) or shutil.which(
+        name, path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    if found is None:
+        component_unavailable(f"{name} is not installed (scripts/bootstrap installs it)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def need_program() -> Callable[[str], str]:
+    """:func:`require_program` as a fixture: ``need_program("docker-compose")`` gives the
+    binary's path, or fails (CI) / skips (elsewhere) the test."""
+    return require_program
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """``../shared`` (real fixtures); tests that need it skip when it is absent."""
+    if not SHARED.is_dir():
+        pytest.skip(f"shared fixtures not found at {SHARED}")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def sim_requirements() -> None:
+    """Root and the programs the simulated fleet runs, or fail (CI) / skip."""
+    if os.geteuid() != 0:
+        component_unavailable("the simulated fleet needs root (network namespaces, dockerd)")
+    for program in ("ip", "nsenter", "sshd", "ssh", "ssh-keygen", "dockerd", "containerd",
+                    "docker"):
+        require_program(program)
+
+
+@pytest.fixture(scope="session")
+def sim_standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stand-in build context: ``servefleet/sim/standin`` once it has its Dockerfiles,
+    else a placeholder (same content every session, so its images are built once)."""
+    from servefleet.sim import fleet, testbed
+
+    if (fleet.STANDIN_DIR / "Dockerfile.vllm").is_file():
+        return fleet.STANDIN_DIR
+    return testbed.write_placeholder_context(tmp_path_factory.mktemp("standin-placeholder"))
+
+
+@pytest.fixture(scope="session")
+def sim_fleet(sim_requirements: None, sim_standin_dir: Path) -> Iterator[FleetHandle]:
+    """The simulated fleet (three nodes like the reference fleet), up for the session.
+
+    Yields a :class:`servefleet.sim.testbed.FleetHandle`; its inventory is in
+    ``<repo>/nodes/sim``. ``handle.standin_is_real`` says whether the images were built from
+    ``servefleet/sim/standin`` or from the placeholder.
+    """
+    from servefleet.core.errors import SimError
+    from servefleet.sim import fleet, testbed
+
+    config = fleet.FleetConfig(standin_dir=sim_standin_dir)
+    try:
+        handle = testbed.acquire(REPO_ROOT, config)
+    except SimError as error:
+        component_unavailable(f"the simulated fleet did not start: {error}")
+    try:
+        yield handle
+    finally:
+        testbed.release(handle)

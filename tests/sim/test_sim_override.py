@@ -1,0 +1,131 @@
+"""The simulated node's compose override, rendered the way deployments render it, merged by
+the real Compose CLI (``docker-compose config``) onto a compose file like servefleet's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servefleet.core.errors import RenderError
+from servefleet.core.render.templating import render_override
+from servefleet.sim import inventory
+from servefleet.sim.layout import SimLayout
+from servefleet.sim.spec import reference_fleet
+
+BASE = """\
+name: chat
+services:
+  engine:
+    image: servefleet/chat:abc123
+    build:
+      context: .
+      dockerfile: Dockerfile
+      args:
+        BASE_IMAGE: vllm/vllm-openai:v0.21.0
+    command: ["Qwen/Qwen3.6-35B-A3B-FP8", "--port", "8000"]
+    network_mode: host
+    deploy:
+      resources:
+        reservations:
+          devices:
+            - driver: nvidia
+              count: 1
+              capabilities: [gpu]
+    environment:
+      VLLM_LOGGING_LEVEL: INFO
+    volumes:
+      - type: bind
+        source: /srv/hf
+        target: /root/.cache/huggingface
+"""
+
+
+@pytest.fixture
+def compose(need_program: Callable[[str], str]) -> str:
+    return need_program("docker-compose")
+
+
+def merged(compose: str, tmp_path: Path, engine: str, builds_image: bool,
+           node_index: int = 0) -> dict[str, Any]:
+    """Render the node's override for a deployment and let Compose merge it."""
+    spec = reference_fleet()[node_index]
+    node = SimLayout(Path("/var/lib/servefleet-sim")).node(spec.name)
+    template = tmp_path / f"{spec.name}.override.yaml.j2"
+    template.write_text(inventory.render_override(spec, node))
+    variables = {"engine": engine, "engine_version": "0.21.0" if engine == "vllm" else "b8680",
+                 "builds_image": builds_image, "deployment": "chat", "port": 8000,
+                 "node_name": spec.name}
+    (tmp_path / "override.yaml").write_bytes(render_override(template, variables, "test"))
+    base = BASE if builds_image else BASE.replace(
+        "    build:\n      context: .\n      dockerfile: Dockerfile\n      args:\n"
+        "        BASE_IMAGE: vllm/vllm-openai:v0.21.0\n", "")
+    (tmp_path / "compose.yaml").write_text(base)
+    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n")
+    result = subprocess.run([compose, "-f", "compose.yaml", "-f", "override.yaml", "config",
+                             "--format", "json"], cwd=tmp_path, capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    service: dict[str, Any] = json.loads(result.stdout)["services"]["engine"]
+    return service
+
+
+def test_image_is_swapped_and_gpu_reservation_dropped(compose: str, tmp_path: Path) -> None:
+    service = merged(compose, tmp_path, "vllm", builds_image=False)
+    assert service["image"] == "servefleet-sim/vllm-standin:latest"
+    assert "deploy" not in service
+    assert service["command"] == ["Qwen/Qwen3.6-35B-A3B-FP8", "--port", "8000"]
+
+
+def test_overlay_builds_on_the_stand_in(compose: str, tmp_path: Path) -> None:
+    service = merged(compose, tmp_path, "vllm", builds_image=True)
+    assert service["build"]["args"] == {"BASE_IMAGE": "servefleet-sim/vllm-standin:latest"}
+    # The deployment's own tag for the built image stays.
+    assert service["image"] == "servefleet/chat:abc123"
+    assert "deploy" not in service
+
+
+def test_llamacpp_gets_its_stand_in(compose: str, tmp_path: Path) -> None:
+    service = merged(compose, tmp_path, "llama.cpp", builds_image=False, node_index=2)
+    assert service["image"] == "servefleet-sim/llamacpp-standin:latest"
+    assert service["environment"]["STANDIN_ENGINE_VERSION"] == "b8680"
+
+
+def test_node_gpu_and_control_folder_reach_the_engine(compose: str, tmp_path: Path) -> None:
+    service = merged(compose, tmp_path, "vllm", builds_image=False)
+    assert service["environment"] == {
+        "VLLM_LOGGING_LEVEL": "INFO",
+        "STANDIN_ENGINE_VERSION": "0.21.0",
+        "STANDIN_GPU_NAME": "NVIDIA GB10",
+        "STANDIN_GPU_MEMORY_GIB": "128",
+        "STANDIN_UNIFIED_MEMORY": "1",
+        "STANDIN_COMPUTE_CAPABILITY": "12.1",
+        "STANDIN_NODE_NAME": "sim-spark-1",
+    }
+    control = [v for v in service["volumes"] if v["target"] == "/standin-control"]
+    assert control == [{"type": "bind", "read_only": True, "target": "/standin-control",
+                        "source": "/var/lib/servefleet-sim/nodes/sim-spark-1/control"}]
+    assert any(v["target"] == "/root/.cache/huggingface" for v in service["volumes"])
+
+
+def test_rtx5090_node_values(compose: str, tmp_path: Path) -> None:
+    env = merged(compose, tmp_path, "vllm", builds_image=False, node_index=2)["environment"]
+    assert env["STANDIN_GPU_NAME"] == "NVIDIA GeForce RTX 5090"
+    assert env["STANDIN_GPU_MEMORY_GIB"] == "32"
+    assert env["STANDIN_UNIFIED_MEMORY"] == "0"
+    assert env["STANDIN_COMPUTE_CAPABILITY"] == "12.0"
+
+
+def test_unknown_engine_fails_rendering(tmp_path: Path) -> None:
+    spec = reference_fleet()[0]
+    template = tmp_path / "o.yaml.j2"
+    template.write_text(inventory.render_override(
+        spec, SimLayout(Path("/var/lib/servefleet-sim")).node(spec.name)))
+    with pytest.raises(RenderError):
+        render_override(template, {"engine": "sglang", "engine_version": "0.5", "port": 8000,
+                                   "builds_image": False, "deployment": "d",
+                                   "node_name": spec.name}, "test")
