@@ -1,0 +1,330 @@
+"""Remote command builders: every command servefleet runs on a node, as data.
+
+Each function returns an argv list and runs nothing; :mod:`servefleet.adapters.rollout`
+executes them over :class:`~servefleet.adapters.ssh.SshTransport`, which quotes the argv
+with :func:`shlex.join`. Commands that need a shell are small POSIX ``sh`` scripts passed as
+``["sh", "-c", SCRIPT, "sh", arg1, …]``: the script text is constant and every value
+arrives as a positional parameter, so no value is ever spliced into script text (only
+:func:`sequence` joins whole commands, each word quoted by :func:`shlex.join`).
+
+Layout on a node (``base`` is the inventory's ``base_dir``)::
+
+    <base>/
+      .servefleet-lock/owner        the node lock: owner, pid, time, operation
+      <deployment>/
+        releases/<release-id>/      compose file(s), Dockerfile, patches, env (0600),
+                                    manifest.json
+        current -> releases/<id>    switched atomically (symlink to a temp name, mv -T)
+        previous -> releases/<id>   what current pointed to before (the rollback target)
+        staging/<id>.<pid>/         uploads land here, then are renamed into releases/
+        audit.log                   one tab-separated line per action
+
+A cut connection during an upload leaves at most a folder under ``staging/`` (removed by
+the next prune), never a half release under ``releases/`` and never a ``current`` that
+points at one: the rename into ``releases/`` happens only after every file's sha256 has
+been checked.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from servefleet.core.observed import END, MANIFEST_FILE, OBSERVE_HEADER, RELEASES_HEADER
+
+LOCK_DIR = ".servefleet-lock"
+"""The node lock: a folder under the base directory (``mkdir`` is atomic)."""
+LOCK_HELD_EXIT = 3
+"""Exit status of the lock command when another owner holds the lock."""
+AUDIT_FILE = "audit.log"
+CURRENT = "current"
+PREVIOUS = "previous"
+STAGING = "staging"
+RELEASES = "releases"
+
+COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+
+# One JSON object per container; only the fields servefleet reads, so that nothing else
+# (the environment holds secrets) ever leaves the node.
+INSPECT_TEMPLATE = (
+    '{"name":{{json .Name}},"status":{{json .State.Status}},'
+    '"exit_code":{{json .State.ExitCode}},"oom_killed":{{json .State.OOMKilled}},'
+    '"restart_count":{{json .RestartCount}},"started_at":{{json .State.StartedAt}},'
+    '"image":{{json .Config.Image}},"labels":{{json .Config.Labels}},'
+    '"health":{{if .State.Health}}{{json .State.Health.Status}}{{else}}null{{end}}}'
+)
+
+
+def deployment_dir(base_dir: str, deployment: str) -> str:
+    """``<base>/<deployment>``."""
+    return f"{base_dir.rstrip('/')}/{deployment}"
+
+
+def release_dir(base_dir: str, deployment: str, release_id: str) -> str:
+    """``<base>/<deployment>/releases/<id>``."""
+    return f"{deployment_dir(base_dir, deployment)}/{RELEASES}/{release_id}"
+
+
+def compose_project(deployment: str) -> str:
+    """The compose project name of a deployment: the deployment's name."""
+    return deployment
+
+
+def _sh(script: str, *args: str) -> list[str]:
+    """``sh -c SCRIPT sh ARGS…``: values reach the script only as ``$1``, ``$2``…"""
+    return ["sh", "-c", script, "sh", *args]
+
+
+def sequence(*commands: Sequence[str]) -> list[str]:
+    """Several commands in one round trip, each starting only if the previous succeeded."""
+    return _sh(" && ".join(shlex.join(c) for c in commands))
+
+
+# -- reading facts ---------------------------------------------------------------------------
+_OBSERVE_BODY = (
+    'for d in "$@"; do '
+    'dir=$base/$d; '
+    "printf '@@deployment %s\\n' \"$d\"; "
+    "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; continue; fi; "
+    "printf '@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
+    "printf '@@releases\\n'; ls -1 \"$dir/releases\" 2>/dev/null; "
+    "printf '@@manifest\\n'; cat \"$dir/current/" + MANIFEST_FILE + "\" 2>/dev/null; echo; "
+    "if ids=$(docker ps -aq --filter \"label=" + COMPOSE_PROJECT_LABEL + "=$d\" 2>&1); then "
+    "printf '@@containers\\n'; "
+    "[ -z \"$ids\" ] || docker inspect --format \"$fmt\" $ids 2>&1; "
+    "else printf '@@docker-error\\n%s\\n' \"$ids\"; fi; "
+    "done; "
+    "printf '" + END + "\\n'"
+)
+OBSERVE_SCRIPT = (
+    'base=$1; fmt=$2; shift 2; '
+    "printf '" + OBSERVE_HEADER + "\\n@@lock\\n'; "
+    'cat "$base/' + LOCK_DIR + '/owner" 2>/dev/null; '
+    + _OBSERVE_BODY
+)
+
+
+def observe(base_dir: str, deployments: Sequence[str]) -> list[str]:
+    """Read-only: the lock owner, then per deployment ``current``, the release folders, the
+    current manifest and the compose project's containers (state, exit code, restart count,
+    the release folder each was started from). Parsed by
+    :func:`servefleet.core.observed.parse_observation`."""
+    return _sh(OBSERVE_SCRIPT, base_dir, INSPECT_TEMPLATE, *deployments)
+
+
+RELEASES_SCRIPT = (
+    'dir=$1; '
+    "printf '" + RELEASES_HEADER + "\\n@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
+    "printf '@@previous\\n'; readlink \"$dir/previous\" 2>/dev/null; "
+    'for r in "$dir"/releases/*/; do '
+    '[ -d "$r" ] || continue; '
+    "id=${r%/}; id=${id##*/}; printf '@@release %s\\n' \"$id\"; "
+    'cat "${r}' + MANIFEST_FILE + '" 2>/dev/null; echo; '
+    'done; '
+    "printf '" + END + "\\n'"
+)
+
+
+def list_releases(base_dir: str, deployment: str) -> list[str]:
+    """Every release folder of a deployment with its manifest, ``current`` and
+    ``previous``. Parsed by
+    :func:`servefleet.core.observed.parse_releases`."""
+    return _sh(RELEASES_SCRIPT, deployment_dir(base_dir, deployment))
+
+
+PREFLIGHT_SCRIPT = (
+    'base=$1; port=$2; '
+    "if v=$(docker version --format '{{.Server.Version}}' 2>&1); "
+    'then echo "docker_version=$v"; '
+    'else echo "docker_error=$(printf %s "$v" | tail -n 1)"; fi; '
+    'if cv=$(docker compose version --short 2>/dev/null); then '
+    'echo "compose=docker compose"; echo "compose_version=$cv"; '
+    'elif cv=$(docker-compose version --short 2>/dev/null); then '
+    'echo "compose=docker-compose"; echo "compose_version=$cv"; fi; '
+    "echo \"disk_free_kib=$(df -Pk \"$base\" | awk 'NR==2 {print $4}')\"; "
+    # /proc/net/tcp{,6}: local address is hex "ADDR:PORT", state 0A is LISTEN. Always
+    # present on Linux, and it reads the network namespace of the session.
+    "hex=$(printf '%04X' \"$port\"); "
+    "if awk -v p=\"$hex\" '$4 == \"0A\" && substr($2, index($2, \":\") + 1) == p "
+    "{ found = 1 } END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null; "
+    'then echo port_in_use=yes; else echo port_in_use=no; fi'
+)
+
+
+def preflight(base_dir: str, port: int) -> list[str]:
+    """Docker and compose present (and which compose), free disk under the base directory,
+    whether the port has a listener. Parsed by
+    :func:`servefleet.core.observed.parse_preflight`."""
+    return _sh(PREFLIGHT_SCRIPT, base_dir, str(port))
+
+
+# -- the node lock ---------------------------------------------------------------------------
+LOCK_SCRIPT = (
+    'base=$1; owner=$2; force=$3; lock=$base/' + LOCK_DIR + '; '
+    'mkdir -p "$base" || exit 1; '
+    'if [ "$force" = force ]; then rm -rf "$lock"; fi; '
+    'if ! mkdir "$lock" 2>/dev/null; then '
+    'cat "$lock/owner" 2>/dev/null || echo "(owner not recorded yet)"; '
+    'exit ' + str(LOCK_HELD_EXIT) + '; fi; '
+    "printf '%s\\n' \"$owner\" > \"$lock/owner\""
+)
+
+
+def acquire_lock(base_dir: str, owner: str, *, force: bool = False) -> list[str]:
+    """Take the node lock, failing with exit status :data:`LOCK_HELD_EXIT` and the holder on
+    stdout when someone holds it. ``force`` first removes a (stale) lock."""
+    return _sh(LOCK_SCRIPT, base_dir, owner, "force" if force else "")
+
+
+UNLOCK_SCRIPT = (
+    'lock=$1/' + LOCK_DIR + '; '
+    # Only the holder removes the lock: after a force-unlock it belongs to someone else.
+    'if [ "$(cat "$lock/owner" 2>/dev/null)" = "$2" ]; then rm -rf "$lock"; '
+    'else echo "lock is no longer ours; left in place" >&2; fi'
+)
+
+
+def release_lock(base_dir: str, owner: str) -> list[str]:
+    """Remove the node lock if ``owner`` still holds it."""
+    return _sh(UNLOCK_SCRIPT, base_dir, owner)
+
+
+# -- releases --------------------------------------------------------------------------------
+UPLOAD_SCRIPT = (
+    'dir=$1; id=$2; sums=$3; rel=$1/' + RELEASES + '/$2; '
+    # Already there (an earlier upload finished): a release folder is complete by design.
+    'if [ -d "$rel" ]; then cat >/dev/null; echo present; exit 0; fi; '
+    # A folder per attempt (the shell's pid): a retried upload never meets a cut one's
+    # leftovers, and a stale folder of a reused pid can only hold files of this release.
+    'tmp=$1/' + STAGING + '/$2.$$; '
+    'mkdir -p -m 755 "$dir/' + RELEASES + '" "$tmp" && cd "$tmp" || exit 1; '
+    'tar -x -p --no-same-owner -f - || { rm -rf "$tmp"; exit 1; }; '
+    # A cut stream can end at a member boundary, which tar accepts: the checksums prove
+    # that every file arrived whole before anything is renamed into releases/.
+    "printf '%s\\n' \"$sums\" | sha256sum -c --quiet --strict - "
+    '|| { echo "upload incomplete: checksums differ" >&2; rm -rf "$tmp"; exit 1; }; '
+    'mv -T "$tmp" "$rel" && echo uploaded'
+)
+
+
+def upload_release(base_dir: str, deployment: str, release_id: str,
+                   checksums: str) -> list[str]:
+    """Unpack a tar arriving on stdin into a new ``staging/<id>.<pid>``, check every file
+    against ``checksums`` (``sha256sum`` lines), then rename it to ``releases/<id>``."""
+    return _sh(UPLOAD_SCRIPT, deployment_dir(base_dir, deployment), release_id, checksums)
+
+
+SWITCH_SCRIPT = (
+    'dir=$1; new=' + RELEASES + '/$2; tmp=$1/.' + CURRENT + '.$$; '
+    'old=$(readlink "$dir/' + CURRENT + '" 2>/dev/null) || old=; '
+    'ln -sfn "$new" "$tmp" && mv -T "$tmp" "$dir/' + CURRENT + '" || exit 1; '
+    'if [ -n "$old" ] && [ "$old" != "$new" ]; then '
+    'ln -sfn "$old" "$tmp" && mv -T "$tmp" "$dir/' + PREVIOUS + '"; fi'
+)
+
+
+def switch_current(base_dir: str, deployment: str, release_id: str) -> list[str]:
+    """Point ``current`` at ``releases/<id>`` atomically (a new symlink renamed over it), and
+    ``previous`` at the release it pointed to before: the default target of a rollback."""
+    return _sh(SWITCH_SCRIPT, deployment_dir(base_dir, deployment), release_id)
+
+
+PRUNE_SCRIPT = (
+    'dir=$1; keep=$2; shift 2; '
+    'rm -rf "$dir/' + STAGING + '"/*; '
+    'cd "$dir/' + RELEASES + '" 2>/dev/null || exit 0; '
+    'n=0; '
+    'for r in $(ls -1t); do '
+    'n=$((n + 1)); [ "$n" -le "$keep" ] && continue; '
+    'for p in "$@"; do [ "$r" = "$p" ] && continue 2; done; '
+    'rm -rf -- "$r"; '
+    'done'
+)
+
+
+def prune_releases(base_dir: str, deployment: str, keep: int,
+                   protect: Sequence[str] = ()) -> list[str]:
+    """Keep the ``keep`` newest release folders (by time of upload) and every one in
+    ``protect`` (current and the previous); empty ``staging/`` of cut uploads."""
+    return _sh(PRUNE_SCRIPT, deployment_dir(base_dir, deployment), str(keep), *protect)
+
+
+AUDIT_SCRIPT = "printf '%s\\n' \"$2\" >> \"$1/" + AUDIT_FILE + "\""
+
+
+def append_audit(base_dir: str, deployment: str, line: str) -> list[str]:
+    """Append one line to the deployment's ``audit.log``."""
+    return _sh(AUDIT_SCRIPT, deployment_dir(base_dir, deployment), line)
+
+
+# -- the engine ------------------------------------------------------------------------------
+def compose(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
+            compose_files: Sequence[str], *args: str) -> list[str]:
+    """``docker compose -p <deployment> --project-directory <release> -f … ARGS``."""
+    folder = release_dir(base_dir, deployment, release_id)
+    files: list[str] = []
+    for name in compose_files:
+        files += ["-f", name if name.startswith("/") else f"{folder}/{name}"]
+    return [*compose_cmd, "-p", compose_project(deployment), "--project-directory", folder,
+            *files, *args]
+
+
+def build(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
+          compose_files: Sequence[str]) -> list[str]:
+    """Build the release's image overlay (Dockerfile with patches, pip packages)."""
+    return compose(compose_cmd, base_dir, deployment, release_id, compose_files, "build")
+
+
+UP_SCRIPT = "printf 'since=%s\\n' \"$(date +%s)\"; exec \"$@\""
+
+
+def up(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
+       compose_files: Sequence[str]) -> list[str]:
+    """``up -d --remove-orphans`` of a release folder; first prints ``since=<node epoch>``,
+    the point from which its boot log is read."""
+    return _sh(UP_SCRIPT, *compose(compose_cmd, base_dir, deployment, release_id,
+                                   compose_files, "up", "-d", "--remove-orphans"))
+
+
+STOP_SCRIPT = (
+    'ids=$(docker ps -q --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
+    'shift; [ -z "$ids" ] || docker stop "$@" $ids >/dev/null'
+)
+
+
+def stop(deployment: str, *, grace_seconds: int | None = None) -> list[str]:
+    """Stop the deployment's running containers, found by compose label so that it works
+    even when the release folder they came from is gone. Docker waits for each container's
+    own stop grace period (the compose file's ``stop_grace_period``) unless
+    ``grace_seconds`` is given (a failed engine has nothing to finish)."""
+    args = [] if grace_seconds is None else ["-t", str(grace_seconds)]
+    return _sh(STOP_SCRIPT, compose_project(deployment), *args)
+
+
+LOGS_SCRIPT = (
+    'c=$(docker ps -aq --latest --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
+    '[ -n "$c" ] || { echo "no container for deployment $1" >&2; exit 1; }; '
+    'shift; exec docker logs "$@" "$c"'
+)
+
+
+def logs(deployment: str, *, follow: bool = False, since: str | None = None,
+         tail: int | None = None) -> list[str]:
+    """``docker logs [--follow] [--since T] [--tail N]`` of the deployment's newest container
+    (stdout and stderr; the caller merges them)."""
+    args: list[str] = []
+    if follow:
+        args.append("--follow")
+    if since is not None:
+        args += ["--since", since]
+    if tail is not None:
+        args += ["--tail", str(tail)]
+    return _sh(LOGS_SCRIPT, compose_project(deployment), *args)
+
+
+def container_state(deployment: str) -> list[str]:
+    """The deployment's containers, one :data:`INSPECT_TEMPLATE` line each."""
+    return _sh(
+        'ids=$(docker ps -aq --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
+        '[ -z "$ids" ] || docker inspect --format "$2" $ids',
+        compose_project(deployment), INSPECT_TEMPLATE)

@@ -1,0 +1,783 @@
+"""The rollout executor: carry out plans on nodes over SSH, safely.
+
+Per node, over one connection:
+
+1. **observe** (one read-only command) and **plan**; when every deployment is unchanged the
+   node is left alone: no lock, no audit line, no write of any kind;
+2. **lock** the node (and re-observe in the same round trip), then per changed deployment:
+3. **preflight** (docker and compose present, disk space, port free), **upload** the
+   release (tar on stdin into ``staging/``, checked, renamed into ``releases/``), **build**
+   the overlay image if any;
+4. **stop** the old engine: one deployment is one compose project on one port, so the old
+   and new engines can never run side by side (and a GPU rarely holds two);
+5. check **GPU memory** through the NVML probe when the node has one, **up -d**, **follow
+   the boot log** as it streams, run the **health gate** before the profile's deadline;
+6. **switch** ``current``, **prune** old releases, append the **audit** line (one command).
+
+Any failure once the old engine was stopped restores the previous release (``up -d`` of its
+folder, boot followed, health gated again) and reports both the failure, with the log lines
+that prove it, and the restore. ``current`` moves only after a healthy boot, so it always
+names a release that served.
+
+The remote layout is described in :mod:`servefleet.adapters.remote`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from servefleet.adapters import releases as release_store
+from servefleet.adapters import remote
+from servefleet.adapters.boot_follow import follow_boot
+from servefleet.adapters.gpu_probe import run_probe
+from servefleet.adapters.health_gate import (
+    GateSpec,
+    HealthReport,
+    HttpGet,
+    http_get,
+    run_gate,
+)
+from servefleet.adapters.lock import NodeLock, lock_owner, whoami
+from servefleet.adapters.ssh import SshTransport
+from servefleet.core.bootlog.lines import clean_line
+from servefleet.core.errors import ConfigError, RemoteError, ServefleetError
+from servefleet.core.gpu import free_memory_check
+from servefleet.core.models import Deployment, Node, Profile
+from servefleet.core.observed import (
+    ObservedDeployment,
+    ObservedNode,
+    PreflightFacts,
+    ReleaseInfo,
+    parse_observation,
+    parse_preflight,
+)
+from servefleet.core.plan import PlanItem, plan
+from servefleet.core.project import Project
+from servefleet.core.render import RenderedRelease, manifest_for, render_deployments
+from servefleet.core.secrets import SecretMask
+
+MIN_FREE_DISK_BYTES = 1 << 30
+"""Refuse to deploy onto a node with less free space than this under its base directory."""
+BUILD_TIMEOUT_SECONDS = 1800
+UP_TIMEOUT_SECONDS = 600
+FAILED_STOP_GRACE_SECONDS = 5
+"""A failed (crash-looping or hung) engine has nothing to finish: stop it quickly."""
+DEFAULT_GPU_UTILIZATION = 0.9
+"""vLLM's default ``--gpu-memory-utilization``."""
+
+Strategy = Literal["parallel", "rolling"]
+DeploymentStatus = Literal["unchanged", "deployed", "failed", "rolled_back", "restore_failed",
+                           "skipped"]
+
+
+# -- progress and results --------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProgressEvent:
+    """A node entered a phase (sent from the node's worker thread)."""
+
+    node: str
+    """Node name."""
+    deployment: str | None
+    """Deployment, for per-deployment phases."""
+    phase: str
+    """``observe``, ``lock``, ``preflight``, ``upload``, ``build``, ``stop``, ``gpu``,
+    ``up``, ``boot``, ``health``, ``switch``, ``restore``, ``done``…"""
+    elapsed: float
+    """Seconds since this node's rollout started."""
+    message: str = ""
+    """Detail for humans (a boot-log line, the outcome)."""
+
+
+Progress = Callable[[ProgressEvent], None]
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Time, passed in so tests can control it."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    """Seconds for measuring durations and deadlines."""
+    now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    """Wall-clock time for manifests, locks and audit lines."""
+    sleep: Callable[[float], None] = time.sleep
+    """Wait between polls."""
+
+
+@dataclass
+class Failure:
+    """Why a deployment did not deploy."""
+
+    phase: str
+    """Phase that failed."""
+    message: str
+    """One line for the operator."""
+    failure_class: str | None = None
+    """Boot-log failure class (``kv_cache_oom``…), ``boot_deadline`` or ``engine_exited``."""
+    evidence: tuple[str, ...] = ()
+    """Log lines that prove it."""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"phase": self.phase, "message": self.message,
+                "failure_class": self.failure_class, "evidence": list(self.evidence)}
+
+
+@dataclass
+class Restore:
+    """The previous release brought back after a failure."""
+
+    release_id: str
+    """Release restored."""
+    ok: bool
+    """It booted and passed its health gate again."""
+    message: str
+    """One line for the operator."""
+    health: HealthReport | None = None
+    """Its health report."""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"release_id": self.release_id, "ok": self.ok, "message": self.message,
+                "health": self.health.to_json() if self.health else None}
+
+
+@dataclass
+class DeploymentResult:
+    """What happened to one deployment."""
+
+    node: str
+    """Node name."""
+    deployment: str
+    """Deployment name."""
+    status: DeploymentStatus
+    """``unchanged``, ``deployed``, ``failed`` (the old engine was not touched, or there
+    was none), ``rolled_back`` (failed, previous release restored and healthy),
+    ``restore_failed``, ``skipped``."""
+    release_id: str | None = None
+    """Release that was to run."""
+    previous_release: str | None = None
+    """Release that was current before."""
+    plan: PlanItem | None = None
+    """The plan executed."""
+    health: HealthReport | None = None
+    """Health report of the new release."""
+    failure: Failure | None = None
+    """Why it failed."""
+    restore: Restore | None = None
+    """The restore after a failure."""
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    """Phases run and their seconds."""
+
+    @property
+    def ok(self) -> bool:
+        """Deployed or already right."""
+        return self.status in ("unchanged", "deployed")
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "node": self.node, "deployment": self.deployment, "status": self.status,
+            "release_id": self.release_id, "previous_release": self.previous_release,
+            "plan": self.plan.to_json() if self.plan else None,
+            "health": self.health.to_json() if self.health else None,
+            "failure": self.failure.to_json() if self.failure else None,
+            "restore": self.restore.to_json() if self.restore else None,
+            "phases": [{"phase": p, "seconds": round(s, 3)} for p, s in self.phases],
+        }
+
+
+@dataclass
+class NodeResult:
+    """What happened on one node."""
+
+    node: str
+    """Node name."""
+    deployments: list[DeploymentResult] = field(default_factory=list)
+    """Per deployment."""
+    error: str | None = None
+    """A node-level failure (unreachable, host key refused, locked)."""
+    error_kind: str | None = None
+    """Its exception class name (``HostKeyMismatch``, ``LockHeld``…)."""
+    elapsed: float = 0.0
+    """Seconds the node took."""
+
+    @property
+    def ok(self) -> bool:
+        """Every deployment deployed or was already right, and no node-level error."""
+        return self.error is None and all(d.ok for d in self.deployments)
+
+    @property
+    def status(self) -> str:
+        """The node's headline: ``error``, the worst deployment status, or ``unchanged``."""
+        if self.error is not None:
+            return "skipped" if self.error_kind == "skipped" else "error"
+        order = ("restore_failed", "failed", "rolled_back", "skipped", "deployed", "unchanged")
+        statuses = {d.status for d in self.deployments}
+        return next((s for s in order if s in statuses), "unchanged")
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"node": self.node, "status": self.status, "ok": self.ok,
+                "error": self.error, "error_kind": self.error_kind,
+                "elapsed": round(self.elapsed, 3),
+                "deployments": [d.to_json() for d in self.deployments]}
+
+
+class StepFailed(Exception):
+    """A rollout phase failed (internal: turned into a :class:`Failure`)."""
+
+    def __init__(self, phase: str, message: str, failure_class: str | None = None,
+                 evidence: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.failure = Failure(phase, message, failure_class, tuple(evidence))
+
+
+@dataclass(frozen=True)
+class Target:
+    """A release to make current: freshly rendered, or one already on the node."""
+
+    deployment: str
+    """Deployment name."""
+    release_id: str
+    """Release id."""
+    port: int
+    """Port the engine listens on."""
+    engine: str
+    """``vllm`` or ``llama.cpp``."""
+    compose_files: tuple[str, ...]
+    """Compose files in ``-f`` order, relative to the release folder."""
+    builds_image: bool
+    """Whether the release builds an overlay image."""
+    gate: GateSpec
+    """What its health gate checks."""
+    utilization: float | None = None
+    """``--gpu-memory-utilization`` for the GPU memory check (vLLM only)."""
+    rendered: RenderedRelease | None = None
+    """The rendered files, when they may need uploading."""
+    deployment_model: Deployment | None = None
+    """The stack's deployment, for the manifest."""
+
+
+def _utilization(profile: Profile) -> float | None:
+    """The share of GPU memory a vLLM engine takes (None: llama.cpp, not checked)."""
+    if profile.vllm is None:
+        return None
+    return profile.vllm.gpu_memory_utilization or DEFAULT_GPU_UTILIZATION
+
+
+# -- the per-node executor -------------------------------------------------------------------
+class NodeRollout:
+    """Rollouts on one node over one connection."""
+
+    def __init__(self, project: Project, node: Node, transport: SshTransport, *,
+                 clock: Clock | None = None, progress: Progress | None = None,
+                 http: HttpGet = http_get, force_unlock: bool = False,
+                 keep_releases: int | None = None) -> None:
+        self.project = project
+        self.node = node
+        self.transport = transport
+        self.clock = clock or Clock()
+        self.progress = progress
+        self.http = http
+        self.force_unlock = force_unlock
+        self.keep = keep_releases or project.stack.keep_releases
+        self.started = self.clock.monotonic()
+        self.compose_cmd: tuple[str, ...] = ("docker", "compose")
+
+    # -- helpers --------------------------------------------------------------------------
+    def emit(self, phase: str, deployment: str | None = None, message: str = "") -> None:
+        """Report a phase to the progress callback."""
+        if self.progress is not None:
+            self.progress(ProgressEvent(self.node.name, deployment, phase,
+                                        self.clock.monotonic() - self.started, message))
+
+    @contextlib.contextmanager
+    def phase(self, result: DeploymentResult, name: str) -> Iterator[None]:
+        """Time a phase, report it, and turn remote errors into :class:`StepFailed`."""
+        self.emit(name, result.deployment)
+        start = self.clock.monotonic()
+        try:
+            yield
+        except StepFailed:
+            raise
+        except ServefleetError as error:
+            raise StepFailed(name, str(error)) from error
+        except Exception as error:
+            # A dropped stream or anything unforeseen must still lead to the restore path.
+            text = self.transport.mask(str(error) or type(error).__name__)
+            raise StepFailed(name, f"{self.node.name}: {name}: {text}") from error
+        finally:
+            result.phases.append((name, self.clock.monotonic() - start))
+
+    def observe(self, deployments: Sequence[str]) -> ObservedNode:
+        """One read-only command: the lock and the deployments' facts."""
+        result = self.transport.run(remote.observe(self.node.base_dir, deployments),
+                                    what="observe the node")
+        return self._parse_observation(result.text())
+
+    def _parse_observation(self, text: str) -> ObservedNode:
+        try:
+            return parse_observation(text)
+        except ValueError as error:
+            raise RemoteError(self.node.name, f"observe: {error}") from None
+
+    def audit_line(self, operation: str, deployment: str, release: str | None, status: str,
+                   detail: str = "") -> str:
+        """``time  who  operation  release  status  detail`` (tab-separated, one line)."""
+        when = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        text = " ".join(self.transport.mask(detail).split())
+        return "\t".join([when, whoami(), operation, deployment, release or "-", status, text])
+
+    # -- deploy ---------------------------------------------------------------------------
+    def plan(self, releases: Sequence[RenderedRelease]) -> tuple[ObservedNode, list[PlanItem]]:
+        """Observe and plan (read-only)."""
+        self.emit("observe")
+        observed = self.observe([r.deployment for r in releases])
+        return observed, [plan(r, observed.deployments.get(r.deployment)) for r in releases]
+
+    def deploy(self, releases: Sequence[RenderedRelease],
+               deployments: Mapping[str, Deployment]) -> NodeResult:
+        """Bring every deployment of ``releases`` to its release (see the module docstring)."""
+        result = NodeResult(self.node.name)
+        observed, items = self.plan(releases)
+        if not any(item.changes for item in items):
+            result.deployments = [self._unchanged(item) for item in items]
+            self.emit("done", message="unchanged")
+            return result
+        self.emit("lock")
+        lock = NodeLock(self.transport, lock_owner("deploy", self.clock.now()),
+                        force=self.force_unlock)
+        # Re-observe under the lock in the same round trip: another rollout may have
+        # finished between the first look and the lock.
+        text = lock.acquire(remote.observe(self.node.base_dir, [r.deployment for r in releases]))
+        try:
+            observed = self._parse_observation(text)
+            for rendered in releases:
+                dep = observed.deployments.get(rendered.deployment)
+                item = plan(rendered, dep)
+                if not item.changes:
+                    result.deployments.append(self._unchanged(item))
+                    continue
+                target = self.target_for(rendered, deployments[rendered.deployment])
+                result.deployments.append(self.activate(target, dep, "deploy", item))
+        finally:
+            lock.release()
+        self.emit("done", message=result.status)
+        return result
+
+    def _unchanged(self, item: PlanItem) -> DeploymentResult:
+        return DeploymentResult(self.node.name, item.deployment, "unchanged", item.release_id,
+                                item.current_release, plan=item)
+
+    def target_for(self, rendered: RenderedRelease, deployment: Deployment) -> Target:
+        """The target of a freshly rendered release."""
+        profile = self.project.profiles[rendered.profile]
+        return Target(
+            deployment=rendered.deployment, release_id=rendered.release_id,
+            port=rendered.port, engine=rendered.engine,
+            compose_files=tuple(rendered.compose_files), builds_image=rendered.builds_image,
+            gate=GateSpec.for_profile(profile, self.node), utilization=_utilization(profile),
+            rendered=rendered, deployment_model=deployment)
+
+    def target_from_manifest(self, deployment: str, release_id: str,
+                             manifest: Mapping[str, Any]) -> Target:
+        """The target of a release already on the node, described by its manifest."""
+        gate = GateSpec.for_manifest(manifest, self.project.profiles, self.node)
+        files = manifest.get("compose_files")
+        profile = self.project.profiles.get(str(manifest.get("profile")))
+        return Target(
+            deployment=deployment, release_id=release_id,
+            port=int(manifest.get("port") or self.node.ports[0]),
+            engine=str(manifest.get("engine") or gate.engine),
+            compose_files=tuple(files) if isinstance(files, list) else ("compose.yaml",),
+            builds_image=bool(manifest.get("builds_image")), gate=gate,
+            utilization=_utilization(profile) if profile is not None else None)
+
+    # -- one deployment -------------------------------------------------------------------
+    def activate(self, target: Target, observed: ObservedDeployment | None, operation: str,
+                 item: PlanItem | None = None) -> DeploymentResult:
+        """Make ``target`` the running, current release (under the node lock)."""
+        previous = observed.current_release if observed else None
+        prev_manifest = (observed.manifest if observed else None) or {}
+        result = DeploymentResult(self.node.name, target.deployment, "failed",
+                                  target.release_id, previous, plan=item)
+        touched = started = False
+        try:
+            with self.phase(result, "preflight"):
+                self.preflight(target, observed, prev_manifest)
+            if target.rendered is not None and (item is None or item.upload):
+                with self.phase(result, "upload"):
+                    self.upload(target)
+            if target.builds_image:
+                with self.phase(result, "build"):
+                    self.transport.run(remote.build(self.compose_cmd, self.node.base_dir,
+                                                    target.deployment, target.release_id,
+                                                    target.compose_files),
+                                       timeout=BUILD_TIMEOUT_SECONDS, idempotent=False,
+                                       what="build the image overlay")
+            touched = True
+            with self.phase(result, "stop"):
+                if observed is not None and observed.running:
+                    self.transport.run(remote.stop(target.deployment), timeout=300,
+                                       what="stop the old engine")
+            with self.phase(result, "gpu"):
+                self.gpu_check(target)
+            started = True
+            report = self.boot(result, target)
+            result.health = report
+            if not report.ok:
+                raise StepFailed("health", report.summary(), report.failure_class,
+                                 report.evidence())
+            with self.phase(result, "switch"):
+                protect = [previous] if previous else []
+                release_store.finish(
+                    self.transport, target.deployment, target.release_id, keep=self.keep,
+                    protect=protect, audit_line=self.audit_line(
+                        operation, target.deployment, target.release_id, "ok",
+                        f"previous {previous or '-'}; {report.summary()}"))
+            result.status = "deployed"
+        except StepFailed as failed:
+            result.failure = failed.failure
+            self.recover(result, target, operation, touched, started, previous, prev_manifest)
+        return result
+
+    def preflight(self, target: Target, observed: ObservedDeployment | None,
+                  prev_manifest: Mapping[str, Any]) -> PreflightFacts:
+        """Docker, compose, disk, port; raise :class:`StepFailed` naming what is missing."""
+        facts = parse_preflight(self.transport.run(
+            remote.preflight(self.node.base_dir, target.port), what="preflight").text())
+        problems = []
+        if facts.docker_version is None:
+            problems.append(f"docker is not usable ({facts.docker_error or 'not found'})")
+        if facts.compose is None:
+            problems.append("neither `docker compose` nor `docker-compose` is installed")
+        else:
+            self.compose_cmd = facts.compose
+        if facts.disk_free_bytes is not None and facts.disk_free_bytes < MIN_FREE_DISK_BYTES:
+            problems.append(f"only {facts.disk_free_bytes / 2**30:.2f} GiB free under "
+                            f"{self.node.base_dir} (need {MIN_FREE_DISK_BYTES / 2**30:.0f} GiB)")
+        own_port = observed is not None and observed.running and \
+            int(prev_manifest.get("port") or -1) == target.port
+        if facts.port_in_use and not own_port:
+            problems.append(f"port {target.port} is already in use by another process")
+        if problems:
+            raise StepFailed("preflight", f"{self.node.name}: " + "; ".join(problems))
+        return facts
+
+    def upload(self, target: Target) -> None:
+        """Send the release with its manifest (one command)."""
+        assert target.rendered is not None and target.deployment_model is not None
+        manifest = manifest_for(target.rendered, target.deployment_model,
+                                created_at=self.clock.now(), created_by=whoami())
+        manifest["boot_deadline_seconds"] = target.gate.boot_deadline_seconds
+        release_store.upload(self.transport, target.rendered, manifest)
+
+    def gpu_check(self, target: Target) -> None:
+        """Enough free GPU memory for the engine's utilization, when the node can tell.
+
+        Optional: a node without python3 or without a readable GPU (the simulated fleet)
+        skips it; only a reading that proves the memory is short fails the rollout.
+        """
+        if target.utilization is None:
+            return
+
+        def run_remote(argv: list[str], stdin: bytes) -> tuple[int, bytes, bytes]:
+            done = self.transport.run(argv, stdin=stdin, check=False, what="GPU probe")
+            return done.exit_status, done.stdout, done.stderr
+
+        try:
+            reading = run_probe(run_remote, node=self.node.name)
+        except RemoteError as error:
+            self.emit("gpu", target.deployment, f"GPU probe unavailable: {error}")
+            return
+        if reading.source == "none" or not reading.gpus:
+            self.emit("gpu", target.deployment, "no GPU readable: memory check skipped")
+            return
+        problem = free_memory_check(reading, target.utilization, self.node.unified_memory)
+        if problem is not None:
+            raise StepFailed("gpu", f"{self.node.name}: {problem}")
+
+    def boot(self, result: DeploymentResult, target: Target) -> HealthReport:
+        """``up -d``, follow the boot log, run the health gate; return its report."""
+        deadline = self.clock.monotonic() + target.gate.boot_deadline_seconds
+        with self.phase(result, "up"):
+            done = self.transport.run(
+                remote.up(self.compose_cmd, self.node.base_dir, target.deployment,
+                          target.release_id, target.compose_files),
+                timeout=UP_TIMEOUT_SECONDS, idempotent=False, what="start the engine")
+            since = done.text().splitlines()[0].partition("=")[2] if done.stdout else "0"
+        with self.phase(result, "boot"):
+            booted = follow_boot(
+                self.transport, target.deployment, since, engine=target.engine,
+                deadline=deadline, clock=self.clock.monotonic,
+                on_line=lambda line: self.emit("boot", target.deployment,
+                                               clean_line(line, 0).msg[:160]))
+        with self.phase(result, "health"):
+            return run_gate(booted.facts, f"http://{self.node.address}:{target.port}",
+                            target.gate, deadline=deadline, http=self.http,
+                            clock=self.clock.monotonic, sleep=self.clock.sleep,
+                            failure_class=booted.failure_class, log_tail=booted.tail)
+
+    def recover(self, result: DeploymentResult, target: Target, operation: str, touched: bool,
+                started: bool, previous: str | None,
+                prev_manifest: Mapping[str, Any]) -> None:
+        """After a failure: stop the failed engine, restore the previous release if the old
+        one was stopped, and write the audit line (best effort: the node may be gone)."""
+        failure = result.failure
+        assert failure is not None
+        try:
+            if started:
+                # A failed engine restarts forever under its restart policy: stop it.
+                self.transport.run(remote.stop(target.deployment,
+                                               grace_seconds=FAILED_STOP_GRACE_SECONDS),
+                                   timeout=300, what="stop the failed engine")
+            if touched and previous and previous != target.release_id:
+                result.restore = self.restore(result.deployment, previous, prev_manifest)
+                result.status = "rolled_back" if result.restore.ok else "restore_failed"
+            detail = f"{failure.phase}: {failure.message}"
+            if result.restore is not None:
+                detail += f"; restored {previous}: {result.restore.message}"
+            release_store.audit(self.transport, target.deployment, self.audit_line(
+                operation, target.deployment, target.release_id, result.status, detail))
+        except ServefleetError as error:
+            if result.restore is None and touched and previous:
+                result.restore = Restore(previous, False, f"not restored: {error}")
+                result.status = "restore_failed"
+
+    def restore(self, deployment: str, release_id: str,
+                manifest: Mapping[str, Any]) -> Restore:
+        """Start ``release_id`` again and wait until it is healthy."""
+        self.emit("restore", deployment, f"restoring {release_id}")
+        target = self.target_from_manifest(deployment, release_id, manifest)
+        scratch = DeploymentResult(self.node.name, deployment, "failed", release_id)
+        try:
+            report = self.boot(scratch, target)
+        except StepFailed as failed:
+            return Restore(release_id, False, failed.failure.message)
+        if not report.ok:
+            with contextlib.suppress(ServefleetError):
+                self.transport.run(remote.stop(deployment,
+                                               grace_seconds=FAILED_STOP_GRACE_SECONDS),
+                                   what="stop the failed restore")
+            return Restore(release_id, False, report.summary(), report)
+        return Restore(release_id, True, f"release {release_id} serves again", report)
+
+    # -- rollback -------------------------------------------------------------------------
+    def rollback(self, deployment: str, to: str | None = None) -> DeploymentResult:
+        """Make an earlier release current again (default: the one before ``current``)."""
+        self.emit("lock", deployment)
+        lock = NodeLock(self.transport, lock_owner("rollback", self.clock.now()),
+                        force=self.force_unlock)
+        text = lock.acquire(remote.observe(self.node.base_dir, [deployment]))
+        try:
+            observed = self._parse_observation(text).deployments.get(deployment)
+            if observed is None:
+                raise ConfigError(f"{self.node.name}: deployment {deployment!r} has never been "
+                                  "deployed here")
+            infos = release_store.list_releases(self.transport, deployment)
+            chosen = choose_rollback(infos, observed.current_release, to,
+                                     f"{self.node.name}/{deployment}")
+            if chosen.manifest is None:
+                raise ConfigError(f"{self.node.name}/{deployment}: release "
+                                  f"{chosen.release_id} has no readable manifest")
+            target = self.target_from_manifest(deployment, chosen.release_id, chosen.manifest)
+            return self.activate(target, observed, "rollback")
+        finally:
+            lock.release()
+
+
+def choose_rollback(infos: Sequence[ReleaseInfo], current: str | None, to: str | None,
+                    where: str) -> ReleaseInfo:
+    """The release a rollback goes to: ``to``; else the one ``previous`` names (what was
+    current before); else the newest one made before ``current``."""
+    known = {info.release_id: info for info in infos}
+    if to is not None:
+        if to not in known:
+            raise ConfigError(f"{where}: no release {to!r} on the node (there: "
+                              f"{', '.join(known) or 'none'})")
+        return known[to]
+    previous = next((i for i in infos if i.previous and i.release_id != current), None)
+    if previous is not None:
+        return previous
+    current_info = known.get(current or "")
+    older = [i for i in infos if i.release_id != current and
+             (current_info is None or i.created_at < current_info.created_at)]
+    if not older:
+        raise ConfigError(f"{where}: no release older than the current {current or '-'} to "
+                          "roll back to")
+    return older[0]  # infos are newest first
+
+
+# -- fleet-level entry points ----------------------------------------------------------------
+TransportFactory = Callable[[Node, SecretMask], SshTransport]
+
+
+def _default_transport(node: Node, mask: SecretMask) -> SshTransport:
+    return SshTransport(node, mask=mask)
+
+
+def _node_error(name: str, error: Exception, started: float, clock: Clock) -> NodeResult:
+    kind = type(error).__name__
+    return NodeResult(name, error=str(error), error_kind=kind,
+                      elapsed=clock.monotonic() - started)
+
+
+def _group(releases: Sequence[RenderedRelease]) -> dict[str, list[RenderedRelease]]:
+    grouped: dict[str, list[RenderedRelease]] = {}
+    for rendered in releases:
+        grouped.setdefault(rendered.node, []).append(rendered)
+    return grouped
+
+
+def render_for(project: Project, nodes: Sequence[str] | None,
+               secrets: Mapping[str, str] | None, *,
+               require_secrets: bool = True) -> list[RenderedRelease]:
+    """Render the stack's deployments on ``nodes`` (all when empty); one error for all."""
+    deployments = project.deployments(list(nodes) if nodes else None)
+    if not deployments:
+        raise ConfigError(f"stack {project.stack.stack!r} places nothing on "
+                          f"{', '.join(nodes or []) or 'any node'}")
+    return render_deployments(project, deployments, secrets, require_secrets=require_secrets)
+
+
+def plan_fleet(project: Project, nodes: Sequence[str] | None = None,
+               secrets: Mapping[str, str] | None = None, *,
+               transport_factory: TransportFactory = _default_transport,
+               ) -> tuple[list[PlanItem], list[NodeResult]]:
+    """Observe every node (in parallel, read-only) and plan. Returns the plan items and
+    node-level errors (unreachable nodes, refused host keys)."""
+    releases = render_for(project, nodes, secrets, require_secrets=False)
+    mask = SecretMask.from_mapping(secrets)
+    clock = Clock()
+    grouped = _group(releases)
+
+    def one(name: str) -> list[PlanItem] | NodeResult:
+        started = clock.monotonic()
+        try:
+            with transport_factory(project.nodes[name], mask) as transport:
+                return NodeRollout(project, project.nodes[name], transport).plan(
+                    grouped[name])[1]
+        except ServefleetError as error:
+            return _node_error(name, error, started, clock)
+
+    items: list[PlanItem] = []
+    errors: list[NodeResult] = []
+    with ThreadPoolExecutor(max_workers=max(1, len(grouped))) as pool:
+        for outcome in pool.map(one, list(grouped)):
+            if isinstance(outcome, NodeResult):
+                errors.append(outcome)
+            else:
+                items.extend(outcome)
+    return items, errors
+
+
+def deploy(project: Project, nodes: Sequence[str] | None = None,
+           strategy: Strategy | None = None, secrets: Mapping[str, str] | None = None, *,
+           progress: Progress | None = None, force_unlock: bool = False,
+           clock: Clock | None = None, http: HttpGet = http_get,
+           transport_factory: TransportFactory = _default_transport) -> list[NodeResult]:
+    """Deploy the stack to ``nodes`` (default: every node of the stack).
+
+    ``parallel`` (the stack's default) rolls out all nodes at once, one connection each;
+    ``rolling`` goes one node at a time and stops at the first failure (the rest are
+    ``skipped``). Secrets fill the nodes' env files and are masked in everything printed.
+    Everything is rendered first, so a render error stops the deploy before any node is
+    touched.
+    """
+    strategy = strategy or project.stack.strategy
+    clock = clock or Clock()
+    releases = render_for(project, nodes, secrets)
+    mask = SecretMask.from_mapping(secrets)
+    grouped = _group(releases)
+    deployments = {d.key: d for d in project.deployments(list(nodes) if nodes else None)}
+
+    def one(name: str) -> NodeResult:
+        node = project.nodes[name]
+        started = clock.monotonic()
+        try:
+            with transport_factory(node, mask) as transport:
+                rollout = NodeRollout(project, node, transport, clock=clock, progress=progress,
+                                      http=http, force_unlock=force_unlock)
+                result = rollout.deploy(grouped[name], {
+                    r.deployment: deployments[r.key] for r in grouped[name]})
+        except ServefleetError as error:
+            result = _node_error(name, error, started, clock)
+            if progress is not None:
+                progress(ProgressEvent(name, None, "done", result.elapsed, result.error or ""))
+        result.elapsed = clock.monotonic() - started
+        return result
+
+    names = list(grouped)
+    if strategy == "parallel":
+        with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+            return list(pool.map(one, names))
+    results: list[NodeResult] = []
+    for name in names:
+        if results and not results[-1].ok:
+            results.append(NodeResult(name, error="not attempted: an earlier node failed "
+                                      "(rolling strategy)", error_kind="skipped"))
+            continue
+        results.append(one(name))
+    return results
+
+
+def _node(project: Project, name: str) -> Node:
+    if name not in project.nodes:
+        raise ConfigError(f"no node {name!r} in the inventory")
+    return project.nodes[name]
+
+
+def rollback(project: Project, node: str, deployment: str = "main", to: str | None = None, *,
+             progress: Progress | None = None, force_unlock: bool = False,
+             clock: Clock | None = None, http: HttpGet = http_get,
+             transport_factory: TransportFactory = _default_transport) -> DeploymentResult:
+    """Roll ``node``'s ``deployment`` back to release ``to`` (default: the previous one)."""
+    with transport_factory(_node(project, node), SecretMask()) as transport:
+        return NodeRollout(project, transport.node, transport, clock=clock,
+                           progress=progress, http=http,
+                           force_unlock=force_unlock).rollback(deployment, to)
+
+
+def observe_node(project: Project, node: str, deployments: Sequence[str] = ("main",), *,
+                 transport_factory: TransportFactory = _default_transport) -> ObservedNode:
+    """What runs on ``node`` (read-only, one command): current releases, their manifests,
+    containers, and the lock holder."""
+    with transport_factory(_node(project, node), SecretMask()) as transport:
+        return NodeRollout(project, transport.node, transport).observe(deployments)
+
+
+def list_releases(project: Project, node: str, deployment: str = "main", *,
+                  transport_factory: TransportFactory = _default_transport,
+                  ) -> list[ReleaseInfo]:
+    """The releases of ``node``'s ``deployment``, newest first."""
+    with transport_factory(_node(project, node), SecretMask()) as transport:
+        return release_store.list_releases(transport, deployment)
+
+
+def stream_logs(project: Project, node: str, deployment: str = "main", *, follow: bool = False,
+                tail: int | None = 200, should_stop: Callable[[], bool] | None = None,
+                transport_factory: TransportFactory = _default_transport) -> Iterator[str]:
+    """The engine's log lines (``--follow`` keeps streaming until ``should_stop``)."""
+    with transport_factory(_node(project, node), SecretMask()) as transport:
+        argv = remote.logs(deployment, follow=follow, tail=tail)
+        # stdout and stderr arrive merged, in the order the engine wrote them.
+        for raw in transport.stream_lines(argv, should_stop=should_stop):
+            yield transport.mask(raw.decode("utf-8", "replace").rstrip("\r\n"))
+
+
+def stop_deployment(project: Project, node: str, deployment: str = "main", *,
+                    transport_factory: TransportFactory = _default_transport) -> None:
+    """Stop a deployment's engine (its releases stay on the node)."""
+    with transport_factory(_node(project, node), SecretMask()) as transport:
+        rollout = NodeRollout(project, transport.node, transport)
+        transport.run(remote.stop(deployment), timeout=300, what="stop the engine")
+        # No audit log when the deployment never got a folder on this node.
+        with contextlib.suppress(ServefleetError):
+            release_store.audit(transport, deployment,
+                                rollout.audit_line("stop", deployment, None, "ok"))

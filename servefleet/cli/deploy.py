@@ -1,0 +1,322 @@
+"""``servefleet plan | deploy | rollback | releases`` and ``servefleet logs NODE``.
+
+Secrets for the nodes' env files come from the operator's environment (``HF_TOKEN``…): the
+names are those the deployed profiles list in ``secret_env``; a missing one is named before
+anything is touched. Progress shows per node (phase, elapsed); ``--json`` prints one JSON
+document for machines instead. Exit status: 0 when every node deployed (or was already
+right), 1 otherwise.
+
+``servefleet logs NODE`` shares its name with ``servefleet logs parse FILE``:
+:func:`merge_logs_group` makes one ``logs`` group that serves both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from servefleet.adapters import rollout
+from servefleet.adapters.rollout import DeploymentResult, NodeResult, ProgressEvent
+from servefleet.cli.main import CliContext
+from servefleet.core.errors import ConfigError
+from servefleet.core.plan import PlanItem
+from servefleet.core.project import Project, load_project
+
+_STATUS_STYLE = {
+    "unchanged": "dim", "deployed": "green", "failed": "red", "rolled_back": "yellow",
+    "restore_failed": "bold red", "skipped": "dim", "error": "red",
+}
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def secrets_from_env(project: Project, nodes: Sequence[str] | None) -> tuple[dict[str, str],
+                                                                             list[str]]:
+    """The secret values the chosen deployments need, from the environment, and the names
+    that are missing."""
+    names = sorted({name for d in project.deployments(list(nodes) if nodes else None)
+                    for name in project.profiles[d.profile].secret_env})
+    found = {n: os.environ[n] for n in names if os.environ.get(n)}
+    return found, [n for n in names if n not in found]
+
+
+def _missing_error(missing: list[str]) -> ConfigError:
+    return ConfigError([f"secret {name} is not set in the environment: export {name}=… "
+                        "before deploying (it goes only into the node's 0600 env file)"
+                        for name in missing])
+
+
+# -- plan ------------------------------------------------------------------------------------
+def _print_plan(console: Console, items: Iterable[PlanItem], errors: Iterable[NodeResult]) -> None:
+    for item in items:
+        lines = item.summary_lines()
+        style = "dim" if item.action == "unchanged" else \
+            ("green" if item.action == "create" else "yellow")
+        console.print(Text(lines[0], style=style))
+        for line in lines[1:]:
+            console.print(Text(line))
+    for error in errors:
+        console.print(Text(f"{error.node}: {error.error}", style="red"))
+
+
+@click.command("plan")
+@click.argument("nodes", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.pass_obj
+def plan_command(obj: CliContext, nodes: tuple[str, ...], as_json: bool) -> None:
+    """Show what a deploy would change on NODES (default: every node of the stack):
+    per deployment unchanged / update (with the engine-flag diff) / create. Read-only."""
+    project = load_project(obj.project_dir, obj.stack)
+    secrets, missing = secrets_from_env(project, nodes)
+    items, errors = rollout.plan_fleet(project, nodes or None, secrets)
+    if as_json:
+        click.echo(json.dumps({"plan": [i.to_json() for i in items],
+                               "errors": [e.to_json() for e in errors],
+                               "missing_secrets": missing}, indent=2))
+    else:
+        console = _console()
+        _print_plan(console, items, errors)
+        if missing:
+            console.print(Text(f"note: {', '.join(missing)} not set in the environment: "
+                               "release ids are computed without them and may show changes "
+                               "a deploy would not make", style="yellow"))
+    if errors:
+        sys.exit(1)
+
+
+# -- deploy ----------------------------------------------------------------------------------
+class ProgressView:
+    """A live table of nodes: phase, elapsed, last detail (thread-safe)."""
+
+    def __init__(self, nodes: Sequence[str]) -> None:
+        self.rows: dict[str, dict[str, Any]] = {
+            n: {"phase": "waiting", "elapsed": 0.0, "detail": "", "deployment": ""}
+            for n in nodes}
+        self.lock = threading.Lock()
+        self.live: Live | None = None
+
+    def table(self) -> Table:
+        """The current table."""
+        table = Table(box=None, header_style="bold")
+        for column in ("node", "deployment", "phase", "elapsed", "detail"):
+            table.add_column(column, justify="right" if column == "elapsed" else "left",
+                             no_wrap=True, overflow="ellipsis")
+        with self.lock:
+            for node, row in self.rows.items():
+                table.add_row(node, row["deployment"], row["phase"],
+                              f"{row['elapsed']:.1f}s", Text(row["detail"][:100]))
+        return table
+
+    def __call__(self, event: ProgressEvent) -> None:
+        with self.lock:
+            row = self.rows.setdefault(event.node, {"deployment": ""})
+            row.update(phase=event.phase, elapsed=event.elapsed,
+                       detail=event.message, deployment=event.deployment or row["deployment"])
+        if self.live is not None:
+            self.live.update(self.table())
+
+
+def _health_cells(result: DeploymentResult) -> str:
+    report = result.health or (result.restore.health if result.restore else None)
+    if report is None:
+        return ""
+    facts = report.facts
+    parts = []
+    if "kv_cache_tokens" in facts:
+        parts.append(f"KV {facts['kv_cache_tokens']:,} tokens")
+    if "cudagraph_mode" in facts:
+        parts.append(str(facts["cudagraph_mode"]))
+    if "n_ctx" in facts:
+        parts.append(f"n_ctx {facts['n_ctx']:,}")
+    return ", ".join(parts)
+
+
+def print_results(console: Console, results: Sequence[NodeResult]) -> None:
+    """The outcome per node and deployment, with failures, proving lines and restores."""
+    table = Table(box=None, header_style="bold")
+    for column in ("node", "deployment", "status", "release", "health", "time"):
+        table.add_column(column, justify="right" if column == "time" else "left")
+    for node in results:
+        if node.error is not None:
+            table.add_row(node.node, "", Text(node.status, style=_STATUS_STYLE[node.status]),
+                          "", Text(node.error), f"{node.elapsed:.1f}s")
+            continue
+        for dep in node.deployments:
+            release = dep.release_id or ""
+            if dep.previous_release and dep.previous_release != dep.release_id:
+                release = f"{dep.previous_release} -> {release}"
+            table.add_row(node.node, dep.deployment,
+                          Text(dep.status, style=_STATUS_STYLE.get(dep.status, "")), release,
+                          _health_cells(dep), f"{node.elapsed:.1f}s")
+    console.print(table)
+    for node in results:
+        for dep in node.deployments:
+            if dep.failure is None:
+                continue
+            cls = f" [{dep.failure.failure_class}]" if dep.failure.failure_class else ""
+            console.print(Text(f"{node.node}/{dep.deployment}: failed in {dep.failure.phase}"
+                               f"{cls}: {dep.failure.message}", style="red"))
+            for line in dep.failure.evidence:
+                console.print(Text(f"    {line}", style="dim"))
+            if dep.restore is not None:
+                style = "yellow" if dep.restore.ok else "bold red"
+                console.print(Text(f"  restore of {dep.restore.release_id}: "
+                                   f"{dep.restore.message}", style=style))
+
+
+@click.command("deploy")
+@click.argument("nodes", nargs=-1)
+@click.option("--strategy", type=click.Choice(["parallel", "rolling"]), default=None,
+              help="All nodes at once, or one at a time stopping at the first failure "
+                   "(default: the stack's servefleet:strategy).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before changing nodes.")
+@click.option("--force-unlock", is_flag=True,
+              help="Remove a node lock left behind by a rollout that died, then deploy.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.pass_obj
+def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None, yes: bool,
+                   force_unlock: bool, as_json: bool) -> None:
+    """Deploy the stack to NODES (default: every node of the stack), health-gated, with
+    automatic restore of the previous release on failure."""
+    project = load_project(obj.project_dir, obj.stack)
+    secrets, missing = secrets_from_env(project, nodes)
+    if missing:
+        raise _missing_error(missing)
+    console = _console()
+    if not yes:
+        if as_json or not sys.stdin.isatty():
+            raise click.UsageError("not a terminal: pass --yes to deploy without confirming")
+        items, errors = rollout.plan_fleet(project, nodes or None, secrets)
+        _print_plan(console, items, errors)
+        if not any(i.changes for i in items) and not errors:
+            console.print("nothing to deploy: every node runs its release")
+            return
+        if not click.confirm("deploy these changes?", default=False):
+            raise click.Abort()
+    chosen = [d.node for d in project.deployments(list(nodes) if nodes else None)]
+    view = ProgressView(list(dict.fromkeys(chosen)))
+    started = time.monotonic()
+    run_strategy: rollout.Strategy | None = (
+        "rolling" if strategy == "rolling" else "parallel" if strategy == "parallel" else None)
+    if as_json:
+        results = rollout.deploy(project, nodes or None, run_strategy, secrets,
+                                 force_unlock=force_unlock)
+        click.echo(json.dumps({"ok": all(r.ok for r in results),
+                               "seconds": round(time.monotonic() - started, 3),
+                               "nodes": [r.to_json() for r in results]}, indent=2))
+    else:
+        with Live(view.table(), console=console, refresh_per_second=8,
+                  transient=True) as live:
+            view.live = live
+            results = rollout.deploy(project, nodes or None, run_strategy, secrets,
+                                     progress=view, force_unlock=force_unlock)
+        print_results(console, results)
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+# -- rollback, releases, logs ----------------------------------------------------------------
+@click.command("rollback")
+@click.argument("node")
+@click.option("--deployment", "-d", default="main", show_default=True)
+@click.option("--to", "to", default=None, help="Release id (default: the previous release).")
+@click.option("--force-unlock", is_flag=True, help="Remove a stale node lock first.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_obj
+def rollback_command(obj: CliContext, node: str, deployment: str, to: str | None,
+                     force_unlock: bool, as_json: bool) -> None:
+    """Make an earlier release of NODE's deployment current again, health-gated."""
+    project = load_project(obj.project_dir, obj.stack)
+    result = rollout.rollback(project, node, deployment, to, force_unlock=force_unlock)
+    node_result = NodeResult(node, [result])
+    if as_json:
+        click.echo(json.dumps(node_result.to_json(), indent=2))
+    else:
+        print_results(_console(), [node_result])
+    if not result.ok:
+        sys.exit(1)
+
+
+@click.command("releases")
+@click.argument("node")
+@click.option("--deployment", "-d", default="main", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the releases as JSON.")
+@click.pass_obj
+def releases_command(obj: CliContext, node: str, deployment: str, as_json: bool) -> None:
+    """List the releases of NODE's deployment, newest first (* = current)."""
+    project = load_project(obj.project_dir, obj.stack)
+    infos = rollout.list_releases(project, node, deployment)
+    if as_json:
+        click.echo(json.dumps([{"release_id": i.release_id, "current": i.current,
+                                "created_at": i.created_at or None, "profile": i.profile,
+                                "created_by": (i.manifest or {}).get("created_by")}
+                               for i in infos], indent=2))
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("", "release", "created", "profile", "by"):
+        table.add_column(column)
+    for info in infos:
+        table.add_row("*" if info.current else "", info.release_id, info.created_at,
+                      info.profile or "?", str((info.manifest or {}).get("created_by", "")))
+    _console().print(table)
+
+
+@click.command("logs")
+@click.argument("node")
+@click.option("--deployment", "-d", default="main", show_default=True)
+@click.option("--follow", "-f", is_flag=True, help="Keep streaming new lines (Ctrl-C stops).")
+@click.option("--tail", default=200, show_default=True, help="Lines of history to show.")
+@click.pass_obj
+def node_logs_command(obj: CliContext, node: str, deployment: str, follow: bool,
+                      tail: int) -> None:
+    """Print the engine log of NODE's deployment (stdout and stderr, as written)."""
+    project = load_project(obj.project_dir, obj.stack)
+    try:
+        for line in rollout.stream_logs(project, node, deployment, follow=follow, tail=tail):
+            click.echo(line)
+    except KeyboardInterrupt:
+        pass
+
+
+class LogsGroup(click.Group):
+    """``logs``: sub-commands (``parse FILE``) plus ``logs NODE`` for a node's engine log."""
+
+    def __init__(self, *args: Any, node_command: click.Command, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.node_command = node_command
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            return self.node_command.name, self.node_command, args
+        return super().resolve_command(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "NODE [--follow] | COMMAND [ARGS]...")
+
+
+def merge_logs_group(group: click.Group) -> click.Group:
+    """One ``logs`` group: ``group``'s sub-commands and ``logs NODE [--follow]``."""
+    merged = LogsGroup(name=group.name, commands=dict(group.commands),
+                       help=(group.help or "").rstrip() + "\n\n``logs NODE [--follow]`` "
+                       "prints a node's engine log.", node_command=node_logs_command)
+    return merged
+
+
+COMMANDS: list[click.Command] = [plan_command, deploy_command, rollback_command,
+                                 releases_command]
+"""Commands of this module (``logs NODE`` joins the ``logs`` group through
+:func:`merge_logs_group`)."""

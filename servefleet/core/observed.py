@@ -1,0 +1,359 @@
+"""Facts read from a node, and the pure parsers of the commands that read them.
+
+Each fact comes from one remote command (built in :mod:`servefleet.adapters.remote`) whose
+output is parsed here, so a parser is tested with plain text: output in, fact out.
+
+The observe command prints sections introduced by ``@@`` marker lines::
+
+    @@servefleet-observe 1
+    @@lock
+    <the lock's owner file, if the node is locked>
+    @@deployment main
+    @@current
+    releases/<id>                  (readlink of <base>/main/current)
+    @@releases
+    <id>                           (one per line)
+    @@manifest
+    {…}                            (current release's manifest.json)
+    @@containers
+    {"name": …, "status": …}       (one JSON object per container of the compose project)
+    @@end
+
+``@@end`` proves the output is complete; without it the parser refuses the output rather
+than plan from half a picture.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import Field
+
+from servefleet.core.models.common import StrictModel
+from servefleet.core.render.release import LABEL_PREFIX
+
+OBSERVE_HEADER = "@@servefleet-observe 1"
+RELEASES_HEADER = "@@servefleet-releases 1"
+END = "@@end"
+MANIFEST_FILE = "manifest.json"
+"""Name of the manifest inside each release folder."""
+RELEASES_DIR = "releases"
+"""Folder of a deployment that holds one sub-folder per release."""
+RELEASE_LABEL = f"{LABEL_PREFIX}release"
+"""Container label carrying the release id (set by the rendered compose file)."""
+
+
+class ObservedContainer(StrictModel):
+    """One container of a deployment's compose project, as ``docker inspect`` shows it."""
+
+    name: str
+    """Container name without the leading slash."""
+    status: str
+    """Docker state: ``running``, ``exited``, ``restarting``, ``created``, ``dead``…"""
+    exit_code: int = 0
+    """Exit code of the last run (137 after ``docker kill``)."""
+    oom_killed: bool = False
+    """The kernel OOM killer ended the last run."""
+    restart_count: int = 0
+    """How often Docker restarted it under its restart policy."""
+    started_at: str | None = None
+    """When the current (or last) run started, RFC 3339."""
+    image: str | None = None
+    """Image reference the container was created from."""
+    service: str | None = None
+    """Compose service name."""
+    working_dir: str | None = None
+    """Compose project folder it was started from: the release folder."""
+    release_label: str | None = None
+    """The release id servefleet labelled the container with."""
+    health: str | None = None
+    """Docker healthcheck status (``starting``, ``healthy``, ``unhealthy``), if any."""
+
+    @property
+    def running(self) -> bool:
+        """The container is up (``restarting`` is not up: it is crash-looping)."""
+        return self.status == "running"
+
+    @property
+    def release_id(self) -> str | None:
+        """Release the container was started from: its label, else its project folder."""
+        if self.release_label:
+            return self.release_label
+        if not self.working_dir:
+            return None
+        parent, _, name = self.working_dir.rstrip("/").rpartition("/")
+        return name if parent.endswith("/" + RELEASES_DIR) and name else None
+
+
+class ObservedDeployment(StrictModel):
+    """What one deployment looks like on its node."""
+
+    name: str
+    """Deployment name (the folder under the node's base directory)."""
+    current_release: str | None = None
+    """Release ``current`` points to; ``None`` when there is no ``current`` link."""
+    releases: tuple[str, ...] = ()
+    """Release folders present under ``releases/``."""
+    manifest: dict[str, Any] | None = None
+    """The current release's manifest; ``None`` when missing or unreadable."""
+    manifest_error: str | None = None
+    """Why the manifest could not be read, when it exists but is not JSON."""
+    containers: tuple[ObservedContainer, ...] = ()
+    """The compose project's containers (any state)."""
+    docker_error: str | None = None
+    """What ``docker`` said when it could not list the containers."""
+
+    @property
+    def engine_argv(self) -> list[str] | None:
+        """The current release's engine command line, from its manifest."""
+        argv = (self.manifest or {}).get("engine_argv")
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            return list(argv)
+        return None
+
+    @property
+    def running(self) -> bool:
+        """Some container of the deployment is running."""
+        return any(c.running for c in self.containers)
+
+    @property
+    def running_release(self) -> str | None:
+        """Release the running container was started from, if one runs."""
+        for container in self.containers:
+            if container.running:
+                return container.release_id
+        return None
+
+    @property
+    def restart_count(self) -> int:
+        """Restarts of the deployment's containers under Docker's restart policy."""
+        return sum(c.restart_count for c in self.containers)
+
+    def engine_state(self) -> str:
+        """One phrase for the operator: ``running``, ``exited (137)``, ``no container``…"""
+        if self.docker_error:
+            return f"unknown (docker: {self.docker_error})"
+        if not self.containers:
+            return "no container"
+        running = [c for c in self.containers if c.running]
+        if running:
+            restarts = self.restart_count
+            return "running" + (f", {restarts} restarts" if restarts else "")
+        last = self.containers[0]
+        detail = "OOM-killed, " if last.oom_killed else ""
+        return f"{last.status} ({detail}exit {last.exit_code})"
+
+
+class ObservedNode(StrictModel):
+    """One observe command's answer: the lock and every asked-for deployment."""
+
+    lock_owner: str | None = None
+    """Content of the node lock's owner file; ``None`` when the node is not locked."""
+    deployments: dict[str, ObservedDeployment] = Field(default_factory=dict)
+    """Deployments found on the node, by name; a name absent here has never been deployed."""
+
+
+class ReleaseInfo(StrictModel):
+    """One release folder on a node, for ``servefleet releases``."""
+
+    release_id: str
+    """The folder name under ``releases/``."""
+    manifest: dict[str, Any] | None = None
+    """Its manifest, when readable."""
+    current: bool = False
+    """``current`` points here."""
+    previous: bool = False
+    """``previous`` points here: what was current before (the default rollback target)."""
+
+    @property
+    def created_at(self) -> str:
+        """When the release was made (from the manifest; empty when unknown)."""
+        value = (self.manifest or {}).get("created_at")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def profile(self) -> str | None:
+        """Profile name recorded in the manifest."""
+        value = (self.manifest or {}).get("profile")
+        if isinstance(value, dict):
+            value = value.get("name")
+        return value if isinstance(value, str) else None
+
+
+class PreflightFacts(StrictModel):
+    """What the preflight command found on a node."""
+
+    docker_version: str | None = None
+    """Docker server version; ``None`` when ``docker`` is missing or the daemon is down."""
+    docker_error: str | None = None
+    """What ``docker version`` said when it failed."""
+    compose: tuple[str, ...] | None = None
+    """The compose command that works there: ``("docker", "compose")`` or
+    ``("docker-compose",)``; ``None`` when neither does."""
+    compose_version: str | None = None
+    """Its version."""
+    disk_free_bytes: int | None = None
+    """Free space on the file system of the base directory."""
+    port_in_use: bool | None = None
+    """Something listens on the deployment's port; ``None`` when it could not be told."""
+
+
+# -- parsing ---------------------------------------------------------------------------------
+def _sections(text: str, header: str) -> Iterator[tuple[str, list[str]]]:
+    """``(marker, lines)`` per ``@@`` section; raise ValueError when incomplete."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != header:
+        raise ValueError(f"output does not start with {header!r}: {text[:200]!r}")
+    if END not in (line.strip() for line in lines):
+        raise ValueError("output is incomplete (no @@end line): the command was cut short")
+    marker: str | None = None
+    body: list[str] = []
+    for line in lines[1:]:
+        if line.startswith("@@"):
+            if marker is not None:
+                yield marker, body
+            marker, body = line[2:].strip(), []
+            if marker == END[2:]:
+                return
+        elif marker is not None:
+            body.append(line)
+
+
+def _manifest(lines: list[str]) -> tuple[dict[str, Any] | None, str | None]:
+    text = "\n".join(lines).strip()
+    if not text:
+        return None, None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        return None, f"{MANIFEST_FILE} is not valid JSON ({error.msg} at line {error.lineno})"
+    if not isinstance(value, dict):
+        return None, f"{MANIFEST_FILE} is not a JSON object"
+    return value, None
+
+
+def _release_of_link(target: str) -> str | None:
+    target = target.strip().rstrip("/")
+    if not target:
+        return None
+    parent, _, name = target.rpartition("/")
+    if parent.rstrip("/").rpartition("/")[2] != RELEASES_DIR and parent != RELEASES_DIR:
+        return None
+    return name or None
+
+
+def parse_container(line: str) -> ObservedContainer:
+    """One line of the observe command's ``docker inspect`` template."""
+    raw = json.loads(line)
+    labels = raw.get("labels") or {}
+    return ObservedContainer(
+        name=str(raw.get("name", "")).lstrip("/"),
+        status=str(raw.get("status", "unknown")),
+        exit_code=int(raw.get("exit_code") or 0),
+        oom_killed=bool(raw.get("oom_killed")),
+        restart_count=int(raw.get("restart_count") or 0),
+        started_at=raw.get("started_at") or None,
+        image=raw.get("image") or None,
+        service=labels.get("com.docker.compose.service"),
+        working_dir=labels.get("com.docker.compose.project.working_dir"),
+        release_label=labels.get(RELEASE_LABEL) or None,
+        health=raw.get("health") or None,
+    )
+
+
+def _deployment(name: str, parts: dict[str, list[str]]) -> ObservedDeployment:
+    manifest, manifest_error = _manifest(parts.get("manifest", []))
+    current_lines = [ln for ln in parts.get("current", []) if ln.strip()]
+    containers: list[ObservedContainer] = []
+    docker_error: str | None = None
+    for line in parts.get("containers", []):
+        if not line.strip():
+            continue
+        try:
+            containers.append(parse_container(line))
+        except (ValueError, TypeError):
+            docker_error = line.strip()[:300]
+    if "docker-error" in parts:
+        docker_error = " ".join(ln.strip() for ln in parts["docker-error"] if ln.strip())[:300]
+    # Running containers first: they are what serves.
+    containers.sort(key=lambda c: (not c.running, c.name))
+    return ObservedDeployment(
+        name=name,
+        current_release=_release_of_link(current_lines[0]) if current_lines else None,
+        releases=tuple(sorted(ln.strip() for ln in parts.get("releases", []) if ln.strip())),
+        manifest=manifest,
+        manifest_error=manifest_error,
+        containers=tuple(containers),
+        docker_error=docker_error or None,
+    )
+
+
+def parse_observation(text: str) -> ObservedNode:
+    """Parse the observe command's output (see the module docstring).
+
+    A deployment whose folder does not exist is left out: it has never been deployed.
+    """
+    lock_owner: str | None = None
+    deployments: dict[str, ObservedDeployment] = {}
+    current: str | None = None
+    exists = False
+    parts: dict[str, list[str]] = {}
+
+    def flush() -> None:
+        if current is not None and exists:
+            deployments[current] = _deployment(current, parts)
+
+    for marker, body in _sections(text, OBSERVE_HEADER):
+        if marker == "lock":
+            owner = "\n".join(body).strip()
+            lock_owner = owner or None
+        elif marker.startswith("deployment "):
+            flush()
+            current, exists, parts = marker.split(" ", 1)[1], True, {}
+        elif marker == "absent":
+            exists = False
+        else:
+            parts[marker] = body
+    flush()
+    return ObservedNode(lock_owner=lock_owner, deployments=deployments)
+
+
+def parse_releases(text: str) -> list[ReleaseInfo]:
+    """Parse the releases command's output, newest first (by the manifests' times)."""
+    links: dict[str, str | None] = {"current": None, "previous": None}
+    found: list[ReleaseInfo] = []
+    for marker, body in _sections(text, RELEASES_HEADER):
+        if marker in links:
+            lines = [ln for ln in body if ln.strip()]
+            links[marker] = _release_of_link(lines[0]) if lines else None
+        elif marker.startswith("release "):
+            release_id = marker.split(" ", 1)[1].strip()
+            manifest, _ = _manifest(body)
+            found.append(ReleaseInfo(release_id=release_id, manifest=manifest))
+    found = [r.model_copy(update={"current": r.release_id == links["current"],
+                                  "previous": r.release_id == links["previous"]})
+             for r in found]
+    found.sort(key=lambda r: (r.created_at, r.release_id), reverse=True)
+    return found
+
+
+def parse_preflight(text: str) -> PreflightFacts:
+    """Parse the preflight command's ``key=value`` lines (unknown keys are ignored)."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    compose = values.get("compose") or None
+    disk = values.get("disk_free_kib", "")
+    port = values.get("port_in_use", "")
+    return PreflightFacts(
+        docker_version=values.get("docker_version") or None,
+        docker_error=values.get("docker_error") or None,
+        compose=tuple(compose.split()) if compose else None,
+        compose_version=values.get("compose_version") or None,
+        disk_free_bytes=int(disk) * 1024 if disk.isdigit() else None,
+        port_in_use={"yes": True, "no": False}.get(port),
+    )

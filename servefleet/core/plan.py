@@ -1,0 +1,226 @@
+"""The plan: a pure comparison of a rendered release (desired) with a node's facts (observed).
+
+``plan`` decides per deployment whether a deploy has anything to do, and says what changes:
+the engine-flag diff (old command line from the running release's manifest against the new
+one), the image, the files, and whether the engine restarts. A deploy executes a plan; a
+dry run prints it.
+
+Actions:
+
+* ``create``: the node has no ``current`` release for the deployment.
+* ``update``: ``current`` is another release, or it is the desired one but its engine is
+  not running it (killed, crash-looping, unhealthy, started from another release).
+* ``unchanged``: the desired release is current and its engine runs. A deploy then writes
+  nothing at all on the node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from servefleet.core.observed import ObservedDeployment
+from servefleet.core.render import FlagDiff, RenderedRelease, diff_flags
+from servefleet.core.render.engine_args import MODEL_FLAG
+
+Action = Literal["unchanged", "update", "create"]
+
+
+def _is_flag(token: str) -> bool:
+    # "-1" (llama.cpp --reasoning-budget -1) is a value, not a flag.
+    return token.startswith("-") and len(token) > 1 and not token[1].isdigit()
+
+
+def flags_from_argv(argv: list[str] | tuple[str, ...]) -> dict[str, str | None]:
+    """An engine command line as an ordered ``flag → value`` mapping (``None``: no value).
+
+    The inverse of how :func:`servefleet.core.render.engine_command` flattens flags: a
+    leading positional argument (vLLM's model) becomes ``--model``, ``--flag=value`` is
+    split, and a flag given twice keeps its last value, as argparse does.
+    """
+    flags: dict[str, str | None] = {}
+    tokens = list(argv)
+    index = 0
+    if tokens and not _is_flag(tokens[0]):
+        flags[MODEL_FLAG] = tokens[0]
+        index = 1
+    while index < len(tokens):
+        token = tokens[index]
+        index += 1
+        if not _is_flag(token):
+            # A stray positional: keep it visible in diffs rather than drop it.
+            flags[f"<arg {index}>"] = token
+            continue
+        name, sep, value = token.partition("=")
+        if sep and name.startswith("--"):
+            flags[name] = value
+        elif index < len(tokens) and not _is_flag(tokens[index]):
+            flags[token] = tokens[index]
+            index += 1
+        else:
+            flags[token] = None
+    return flags
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """What a deploy would do to one deployment."""
+
+    node: str
+    """Node name."""
+    deployment: str
+    """Deployment name."""
+    action: Action
+    """``unchanged``, ``update`` or ``create``."""
+    release_id: str
+    """The desired release."""
+    current_release: str | None
+    """The release ``current`` points to on the node (``None``: none)."""
+    profile: str
+    """The desired profile."""
+    previous_profile: str | None = None
+    """The profile of the current release, from its manifest."""
+    restart: bool = False
+    """The engine (re)starts: the container is recreated or started again."""
+    upload: bool = False
+    """The desired release is not on the node yet and must be uploaded."""
+    flag_diff: FlagDiff = field(default_factory=FlagDiff)
+    """Engine flags added, removed and changed (empty when the old command line is unknown
+    or identical)."""
+    image_change: tuple[str | None, str] | None = None
+    """``(old, new)`` image when it changes."""
+    changed_files: tuple[str, ...] = ()
+    """Release files whose content differs from the current release's."""
+    reasons: tuple[str, ...] = ()
+    """Why the deployment is not unchanged, one phrase each."""
+    engine_state: str = "no container"
+    """The engine as observed (``running``, ``exited (exit 137)``…)."""
+
+    @property
+    def changes(self) -> bool:
+        """Anything to do."""
+        return self.action != "unchanged"
+
+    def summary_lines(self) -> list[str]:
+        """Human lines: the action, why, and the flag diff."""
+        head = f"{self.node}/{self.deployment}: {self.action}"
+        if self.action == "unchanged":
+            return [f"{head} (release {self.release_id}, {self.engine_state})"]
+        old = self.current_release or "none"
+        lines = [f"{head}: release {old} -> {self.release_id}"]
+        if self.previous_profile and self.previous_profile != self.profile:
+            lines.append(f"  profile {self.previous_profile} -> {self.profile}")
+        lines += [f"  {reason}" for reason in self.reasons]
+        if self.image_change is not None:
+            lines.append(f"  image {self.image_change[0] or '?'} -> {self.image_change[1]}")
+        lines += [f"  {line}" for line in self.flag_diff.lines()]
+        if self.changed_files:
+            lines.append(f"  files changed: {', '.join(self.changed_files)}")
+        if self.restart:
+            lines.append("  engine restarts")
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready form for ``servefleet plan --json``."""
+        return {
+            "node": self.node,
+            "deployment": self.deployment,
+            "action": self.action,
+            "release_id": self.release_id,
+            "current_release": self.current_release,
+            "profile": self.profile,
+            "previous_profile": self.previous_profile,
+            "restart": self.restart,
+            "upload": self.upload,
+            "flag_diff": self.flag_diff.to_json(),
+            "image_change": list(self.image_change) if self.image_change else None,
+            "changed_files": list(self.changed_files),
+            "reasons": list(self.reasons),
+            "engine_state": self.engine_state,
+        }
+
+
+def _manifest_hashes(manifest: dict[str, Any]) -> dict[str, str]:
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return {}
+    return {path: entry.get("sha256", "") if isinstance(entry, dict) else str(entry)
+            for path, entry in files.items()}
+
+
+def _engine_problem(desired: RenderedRelease, observed: ObservedDeployment) -> str | None:
+    """Why the current release's engine is not serving, or None when it runs."""
+    if observed.docker_error:
+        return f"engine state unknown (docker: {observed.docker_error})"
+    if not observed.running:
+        return f"engine not running ({observed.engine_state()})"
+    running = observed.running_release
+    if running is not None and running != observed.current_release:
+        return f"engine runs release {running}, not the current {observed.current_release}"
+    if any(c.running and c.health == "unhealthy" for c in observed.containers):
+        return "engine is unhealthy (Docker healthcheck)"
+    return None
+
+
+def plan(desired: RenderedRelease, observed: ObservedDeployment | None) -> PlanItem:
+    """Compare ``desired`` with what the node has for its deployment (``None``: nothing)."""
+    def item(action: Action, **details: Any) -> PlanItem:
+        return PlanItem(node=desired.node, deployment=desired.deployment, action=action,
+                        release_id=desired.release_id, profile=desired.profile, **details)
+
+    if observed is None or observed.current_release is None:
+        present = observed is not None and desired.release_id in observed.releases
+        state = observed.engine_state() if observed is not None else "no container"
+        reason = "new deployment" if observed is None else "no current release on the node"
+        return item("create", current_release=None, restart=True, upload=not present,
+                    reasons=(reason,), engine_state=state,
+                    flag_diff=diff_flags({}, flags_from_argv(desired.engine_argv)))
+
+    manifest = observed.manifest or {}
+    previous_profile = manifest.get("profile") if isinstance(manifest.get("profile"),
+                                                               str) else None
+    state = observed.engine_state()
+    problem = _engine_problem(desired, observed)
+    if observed.current_release == desired.release_id:
+        if problem is None:
+            return item("unchanged", current_release=observed.current_release,
+                        previous_profile=previous_profile, engine_state=state)
+        return item("update", current_release=observed.current_release,
+                    previous_profile=previous_profile, restart=True, upload=False,
+                    reasons=(problem,), engine_state=state)
+
+    reasons: list[str] = []
+    old_argv = observed.engine_argv
+    if old_argv is None:
+        flag_diff = FlagDiff()
+        reasons.append("current release has no readable manifest: flag diff unknown"
+                       + (f" ({observed.manifest_error})" if observed.manifest_error else ""))
+    else:
+        flag_diff = diff_flags(flags_from_argv(old_argv), flags_from_argv(desired.engine_argv))
+        if not flag_diff.empty:
+            reasons.append("engine flags change")
+    old_image = manifest.get("image") if isinstance(manifest.get("image"), str) else None
+    image_change = (old_image, desired.image) if old_image != desired.image else None
+    if image_change is not None:
+        reasons.append("image changes")
+    old_hashes = _manifest_hashes(manifest)
+    changed = tuple(sorted(path for path in {*old_hashes, *desired.file_hashes}
+                           if old_hashes.get(path) != desired.file_hashes.get(path)))
+    if not reasons:
+        reasons.append("release files change")
+    if problem is not None:
+        reasons.append(problem)
+    return item(
+        "update",
+        current_release=observed.current_release,
+        previous_profile=previous_profile,
+        # Every release labels its container with its id, so a new release always
+        # recreates the container: the engine restarts.
+        restart=True,
+        upload=desired.release_id not in observed.releases,
+        flag_diff=flag_diff,
+        image_change=image_change,
+        changed_files=changed,
+        reasons=tuple(reasons),
+        engine_state=state,
+    )

@@ -1,0 +1,358 @@
+"""Remote command builders: one exact argv per builder (commands are data), then the scripts
+run for real by the local POSIX ``sh`` against a throw-away base directory."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from servefleet.adapters import remote
+from servefleet.adapters.releases import checksum_lines, tar_bytes
+from servefleet.core.observed import parse_observation, parse_preflight, parse_releases
+
+INSPECT = (
+    '{"name":{{json .Name}},"status":{{json .State.Status}},'
+    '"exit_code":{{json .State.ExitCode}},"oom_killed":{{json .State.OOMKilled}},'
+    '"restart_count":{{json .RestartCount}},"started_at":{{json .State.StartedAt}},'
+    '"image":{{json .Config.Image}},"labels":{{json .Config.Labels}},'
+    '"health":{{if .State.Health}}{{json .State.Health.Status}}{{else}}null{{end}}}'
+)
+
+
+# -- exact commands ---------------------------------------------------------------------------
+def test_observe() -> None:
+    assert remote.observe("/srv/sf", ["main", "alt"]) == [
+        "sh", "-c",
+        "base=$1; fmt=$2; shift 2; printf '@@servefleet-observe 1\\n@@lock\\n'; "
+        'cat "$base/.servefleet-lock/owner" 2>/dev/null; '
+        'for d in "$@"; do dir=$base/$d; printf \'@@deployment %s\\n\' "$d"; '
+        "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; continue; fi; "
+        "printf '@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
+        "printf '@@releases\\n'; ls -1 \"$dir/releases\" 2>/dev/null; "
+        "printf '@@manifest\\n'; cat \"$dir/current/manifest.json\" 2>/dev/null; echo; "
+        'if ids=$(docker ps -aq --filter "label=com.docker.compose.project=$d" 2>&1); then '
+        "printf '@@containers\\n'; "
+        '[ -z "$ids" ] || docker inspect --format "$fmt" $ids 2>&1; '
+        "else printf '@@docker-error\\n%s\\n' \"$ids\"; fi; done; printf '@@end\\n'",
+        "sh", "/srv/sf", INSPECT, "main", "alt",
+    ]
+
+
+def test_list_releases() -> None:
+    assert remote.list_releases("/srv/sf", "main") == [
+        "sh", "-c",
+        "dir=$1; printf '@@servefleet-releases 1\\n@@current\\n'; "
+        'readlink "$dir/current" 2>/dev/null; '
+        "printf '@@previous\\n'; readlink \"$dir/previous\" 2>/dev/null; "
+        'for r in "$dir"/releases/*/; do [ -d "$r" ] || continue; '
+        "id=${r%/}; id=${id##*/}; printf '@@release %s\\n' \"$id\"; "
+        'cat "${r}manifest.json" 2>/dev/null; echo; done; printf \'@@end\\n\'',
+        "sh", "/srv/sf/main",
+    ]
+
+
+def test_preflight() -> None:
+    assert remote.preflight("/srv/sf", 8000) == [
+        "sh", "-c",
+        "base=$1; port=$2; "
+        "if v=$(docker version --format '{{.Server.Version}}' 2>&1); "
+        'then echo "docker_version=$v"; '
+        'else echo "docker_error=$(printf %s "$v" | tail -n 1)"; fi; '
+        "if cv=$(docker compose version --short 2>/dev/null); then "
+        'echo "compose=docker compose"; echo "compose_version=$cv"; '
+        "elif cv=$(docker-compose version --short 2>/dev/null); then "
+        'echo "compose=docker-compose"; echo "compose_version=$cv"; fi; '
+        "echo \"disk_free_kib=$(df -Pk \"$base\" | awk 'NR==2 {print $4}')\"; "
+        "hex=$(printf '%04X' \"$port\"); "
+        "if awk -v p=\"$hex\" '$4 == \"0A\" && substr($2, index($2, \":\") + 1) == p "
+        "{ found = 1 } END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null; "
+        "then echo port_in_use=yes; else echo port_in_use=no; fi",
+        "sh", "/srv/sf", "8000",
+    ]
+
+
+def test_acquire_lock() -> None:
+    script = (
+        "base=$1; owner=$2; force=$3; lock=$base/.servefleet-lock; "
+        'mkdir -p "$base" || exit 1; if [ "$force" = force ]; then rm -rf "$lock"; fi; '
+        'if ! mkdir "$lock" 2>/dev/null; then '
+        'cat "$lock/owner" 2>/dev/null || echo "(owner not recorded yet)"; exit 3; fi; '
+        "printf '%s\\n' \"$owner\" > \"$lock/owner\""
+    )
+    assert remote.acquire_lock("/srv/sf", "me@ctl pid=1") == [
+        "sh", "-c", script, "sh", "/srv/sf", "me@ctl pid=1", ""]
+    assert remote.acquire_lock("/srv/sf", "me@ctl pid=1", force=True) == [
+        "sh", "-c", script, "sh", "/srv/sf", "me@ctl pid=1", "force"]
+
+
+def test_release_lock() -> None:
+    assert remote.release_lock("/srv/sf", "me@ctl pid=1") == [
+        "sh", "-c",
+        'lock=$1/.servefleet-lock; if [ "$(cat "$lock/owner" 2>/dev/null)" = "$2" ]; '
+        'then rm -rf "$lock"; else echo "lock is no longer ours; left in place" >&2; fi',
+        "sh", "/srv/sf", "me@ctl pid=1",
+    ]
+
+
+def test_upload_release() -> None:
+    assert remote.upload_release("/srv/sf", "main", "abc123", "00  a") == [
+        "sh", "-c",
+        'dir=$1; id=$2; sums=$3; rel=$1/releases/$2; '
+        'if [ -d "$rel" ]; then cat >/dev/null; echo present; exit 0; fi; '
+        'tmp=$1/staging/$2.$$; '
+        'mkdir -p -m 755 "$dir/releases" "$tmp" && cd "$tmp" || exit 1; '
+        'tar -x -p --no-same-owner -f - || { rm -rf "$tmp"; exit 1; }; '
+        "printf '%s\\n' \"$sums\" | sha256sum -c --quiet --strict - "
+        '|| { echo "upload incomplete: checksums differ" >&2; rm -rf "$tmp"; exit 1; }; '
+        'mv -T "$tmp" "$rel" && echo uploaded',
+        "sh", "/srv/sf/main", "abc123", "00  a",
+    ]
+
+
+def test_switch_current() -> None:
+    assert remote.switch_current("/srv/sf/", "main", "abc123") == [
+        "sh", "-c",
+        'dir=$1; new=releases/$2; tmp=$1/.current.$$; '
+        'old=$(readlink "$dir/current" 2>/dev/null) || old=; '
+        'ln -sfn "$new" "$tmp" && mv -T "$tmp" "$dir/current" || exit 1; '
+        'if [ -n "$old" ] && [ "$old" != "$new" ]; then '
+        'ln -sfn "$old" "$tmp" && mv -T "$tmp" "$dir/previous"; fi',
+        "sh", "/srv/sf/main", "abc123",
+    ]
+
+
+def test_prune_releases() -> None:
+    assert remote.prune_releases("/srv/sf", "main", 5, ["abc", "def"]) == [
+        "sh", "-c",
+        'dir=$1; keep=$2; shift 2; rm -rf "$dir/staging"/*; '
+        'cd "$dir/releases" 2>/dev/null || exit 0; n=0; for r in $(ls -1t); do '
+        'n=$((n + 1)); [ "$n" -le "$keep" ] && continue; '
+        'for p in "$@"; do [ "$r" = "$p" ] && continue 2; done; rm -rf -- "$r"; done',
+        "sh", "/srv/sf/main", "5", "abc", "def",
+    ]
+
+
+def test_append_audit() -> None:
+    assert remote.append_audit("/srv/sf", "main", "a\tb") == [
+        "sh", "-c", "printf '%s\\n' \"$2\" >> \"$1/audit.log\"", "sh", "/srv/sf/main", "a\tb"]
+
+
+def test_build() -> None:
+    assert remote.build(["docker", "compose"], "/srv/sf", "main", "abc",
+                        ["compose.yaml"]) == [
+        "docker", "compose", "-p", "main", "--project-directory", "/srv/sf/main/releases/abc",
+        "-f", "/srv/sf/main/releases/abc/compose.yaml", "build"]
+
+
+def test_up() -> None:
+    assert remote.up(["docker-compose"], "/srv/sf", "main", "abc",
+                     ["compose.yaml", "compose.override.1.yaml", "/etc/site.yaml"]) == [
+        "sh", "-c", "printf 'since=%s\\n' \"$(date +%s)\"; exec \"$@\"", "sh",
+        "docker-compose", "-p", "main", "--project-directory", "/srv/sf/main/releases/abc",
+        "-f", "/srv/sf/main/releases/abc/compose.yaml",
+        "-f", "/srv/sf/main/releases/abc/compose.override.1.yaml",
+        "-f", "/etc/site.yaml", "up", "-d", "--remove-orphans"]
+
+
+def test_stop() -> None:
+    script = ('ids=$(docker ps -q --filter "label=com.docker.compose.project=$1") || exit 1; '
+              'shift; [ -z "$ids" ] || docker stop "$@" $ids >/dev/null')
+    assert remote.stop("main") == ["sh", "-c", script, "sh", "main"]
+    assert remote.stop("main", grace_seconds=5) == ["sh", "-c", script, "sh", "main", "-t", "5"]
+
+
+def test_logs() -> None:
+    script = (
+        'c=$(docker ps -aq --latest --filter "label=com.docker.compose.project=$1") '
+        '|| exit 1; [ -n "$c" ] || { echo "no container for deployment $1" >&2; exit 1; }; '
+        'shift; exec docker logs "$@" "$c"'
+    )
+    assert remote.logs("main", follow=True, since="1700000000") == [
+        "sh", "-c", script, "sh", "main", "--follow", "--since", "1700000000"]
+    assert remote.logs("main", tail=200) == ["sh", "-c", script, "sh", "main", "--tail", "200"]
+
+
+def test_container_state() -> None:
+    assert remote.container_state("main") == [
+        "sh", "-c",
+        'ids=$(docker ps -aq --filter "label=com.docker.compose.project=$1") || exit 1; '
+        '[ -z "$ids" ] || docker inspect --format "$2" $ids',
+        "sh", "main", INSPECT]
+
+
+def test_sequence_quotes_each_word() -> None:
+    assert remote.sequence(["printf", "%s", "a b"], ["true"]) == [
+        "sh", "-c", "printf %s 'a b' && true", "sh"]
+
+
+# -- the scripts, run by the local sh ---------------------------------------------------------
+def run(argv: list[str], stdin: bytes = b"", **env: str) -> subprocess.CompletedProcess[bytes]:
+    """Run a built command the way sshd does: the quoted line through a shell."""
+    return subprocess.run(["sh", "-c", shlex.join(argv)], input=stdin, capture_output=True,
+                          timeout=60, check=False, env={**os.environ, **env})
+
+
+FILES = {
+    "compose.yaml": (b"services: {}\n", 0o644),
+    "engine.env": (b"HF_TOKEN='hf_secret_value'\n", 0o600),
+    "patches/01-x.diff": (b"--- a\n+++ b\n", 0o644),
+    "manifest.json": (b'{"release_id": "r1"}\n', 0o644),
+}
+
+
+def test_upload_unpacks_checks_and_renames(tmp_path: Path) -> None:
+    base = str(tmp_path)
+    done = run(remote.upload_release(base, "main", "r1", checksum_lines(FILES)),
+               tar_bytes(FILES))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"uploaded\n"
+    release = tmp_path / "main" / "releases" / "r1"
+    assert (release / "patches" / "01-x.diff").read_bytes() == b"--- a\n+++ b\n"
+    assert (release / "engine.env").stat().st_mode & 0o777 == 0o600
+    assert (release / "compose.yaml").stat().st_mode & 0o777 == 0o644
+    assert release.stat().st_mode & 0o777 == 0o755
+    assert list((tmp_path / "main" / "staging").iterdir()) == []
+    again = run(remote.upload_release(base, "main", "r1", checksum_lines(FILES)),
+                tar_bytes(FILES))
+    assert again.returncode == 0 and again.stdout == b"present\n"
+
+
+@pytest.mark.parametrize("cut", ["member_boundary", "mid_member", "empty"])
+def test_cut_upload_leaves_no_release(tmp_path: Path, cut: str) -> None:
+    data = tar_bytes(FILES)
+    # The first member's header and data take 1024 bytes (after the folder entry's 512):
+    # cutting at 1536 ends the stream cleanly between members, which tar itself accepts.
+    end = {"member_boundary": 1536, "mid_member": 1300, "empty": 0}[cut]
+    done = run(remote.upload_release(str(tmp_path), "main", "r1", checksum_lines(FILES)),
+               data[:end])
+    assert done.returncode != 0
+    assert not (tmp_path / "main" / "releases" / "r1").exists()
+    assert list((tmp_path / "main" / "staging").iterdir()) == []
+
+
+def test_switch_points_current_at_the_release(tmp_path: Path) -> None:
+    for release in ("r1", "r2"):
+        (tmp_path / "main" / "releases" / release).mkdir(parents=True)
+    assert run(remote.switch_current(str(tmp_path), "main", "r1")).returncode == 0
+    assert os.readlink(tmp_path / "main" / "current") == "releases/r1"
+    assert not (tmp_path / "main" / "previous").exists()
+    assert run(remote.switch_current(str(tmp_path), "main", "r2")).returncode == 0
+    assert os.readlink(tmp_path / "main" / "current") == "releases/r2"
+    assert os.readlink(tmp_path / "main" / "previous") == "releases/r1"
+    # Switching to the release that is current already keeps previous as it was.
+    assert run(remote.switch_current(str(tmp_path), "main", "r2")).returncode == 0
+    assert os.readlink(tmp_path / "main" / "previous") == "releases/r1"
+    assert sorted(p.name for p in (tmp_path / "main").iterdir()) == [
+        "current", "previous", "releases"]
+
+
+def test_prune_keeps_the_newest_and_the_protected(tmp_path: Path) -> None:
+    releases = tmp_path / "main" / "releases"
+    now = time.time()
+    for age, name in enumerate(["r7", "r6", "r5", "r4", "r3", "r2", "r1"]):
+        (releases / name).mkdir(parents=True)
+        os.utime(releases / name, (now - age * 60, now - age * 60))
+    (tmp_path / "main" / "staging" / "x.n1").mkdir(parents=True)
+    done = run(remote.prune_releases(str(tmp_path), "main", 3, ["r1"]))
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in releases.iterdir()) == ["r1", "r5", "r6", "r7"]
+    assert list((tmp_path / "main" / "staging").iterdir()) == []
+
+
+def test_lock_is_exclusive_and_only_its_owner_releases_it(tmp_path: Path) -> None:
+    base = str(tmp_path / "base")
+    first = run(remote.acquire_lock(base, "alice@a pid=1 since=T op=deploy"))
+    assert first.returncode == 0, first.stderr
+    second = run(remote.acquire_lock(base, "bob@b pid=2 since=T op=deploy"))
+    assert second.returncode == remote.LOCK_HELD_EXIT
+    assert second.stdout == b"alice@a pid=1 since=T op=deploy\n"
+    assert run(remote.release_lock(base, "bob@b pid=2 since=T op=deploy")).returncode == 0
+    assert (tmp_path / "base" / remote.LOCK_DIR).is_dir()
+    forced = run(remote.acquire_lock(base, "bob@b pid=2 since=T op=deploy", force=True))
+    assert forced.returncode == 0
+    assert run(remote.release_lock(base, "alice@a pid=1 since=T op=deploy")).returncode == 0
+    assert (tmp_path / "base" / remote.LOCK_DIR / "owner").read_text() == \
+        "bob@b pid=2 since=T op=deploy\n"
+    run(remote.release_lock(base, "bob@b pid=2 since=T op=deploy"))
+    assert not (tmp_path / "base" / remote.LOCK_DIR).exists()
+
+
+def test_values_are_never_run_as_shell(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    hostile = f"$(touch {marker}); `touch {marker}` ' \" \\"
+    done = run(remote.append_audit(str(tmp_path), "main", hostile))
+    assert done.returncode != 0  # the folder does not exist; the point is what ran
+    (tmp_path / "main").mkdir()
+    assert run(remote.append_audit(str(tmp_path), "main", hostile)).returncode == 0
+    assert (tmp_path / "main" / "audit.log").read_text() == hostile + "\n"
+    run(remote.acquire_lock(str(tmp_path), hostile))
+    assert (tmp_path / remote.LOCK_DIR / "owner").read_text() == hostile + "\n"
+    assert not marker.exists()
+
+
+def test_observe_reads_releases_current_manifest_and_lock(tmp_path: Path) -> None:
+    main = tmp_path / "main"
+    (main / "releases" / "r1").mkdir(parents=True)
+    (main / "releases" / "r2").mkdir()
+    (main / "releases" / "r2" / "manifest.json").write_text(
+        '{\n  "release_id": "r2",\n  "engine_argv": ["m", "--x", "1"]\n}\n')
+    os.symlink("releases/r2", main / "current")
+    run(remote.acquire_lock(str(tmp_path), "alice@a pid=1 since=T op=deploy"))
+    # No daemon at this socket: docker's answer lands in the docker-error section.
+    done = run(remote.observe(str(tmp_path), ["main", "other"]),
+               DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
+    assert done.returncode == 0, done.stderr
+    node = parse_observation(done.stdout.decode())
+    assert node.lock_owner == "alice@a pid=1 since=T op=deploy"
+    assert list(node.deployments) == ["main"]
+    main_dep = node.deployments["main"]
+    assert main_dep.current_release == "r2"
+    assert main_dep.releases == ("r1", "r2")
+    assert main_dep.engine_argv == ["m", "--x", "1"]
+    assert main_dep.docker_error
+    assert not main_dep.running
+
+
+def test_list_releases_reads_each_manifest(tmp_path: Path) -> None:
+    main = tmp_path / "main"
+    for name, when in (("r1", "2026-11-20T10:00:00+00:00"), ("r2", "2026-11-21T10:00:00+00:00")):
+        (main / "releases" / name).mkdir(parents=True)
+        (main / "releases" / name / "manifest.json").write_text(
+            f'{{"release_id": "{name}", "created_at": "{when}", "profile": "p-{name}"}}')
+    (main / "releases" / "r0").mkdir()
+    os.symlink("releases/r1", main / "current")
+    os.symlink("releases/r2", main / "previous")
+    done = run(remote.list_releases(str(tmp_path), "main"))
+    releases = parse_releases(done.stdout.decode())
+    assert [(r.release_id, r.current, r.previous, r.profile) for r in releases] == [
+        ("r2", False, True, "p-r2"), ("r1", True, False, "p-r1"), ("r0", False, False, None)]
+
+
+def test_preflight_sees_a_listening_port(tmp_path: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        busy = parse_preflight(run(remote.preflight(str(tmp_path), port),
+                                   DOCKER_HOST=f"unix://{tmp_path}/none.sock").stdout.decode())
+    free = parse_preflight(run(remote.preflight(str(tmp_path), port),
+                               DOCKER_HOST=f"unix://{tmp_path}/none.sock").stdout.decode())
+    assert busy.port_in_use is True
+    assert free.port_in_use is False
+    assert busy.disk_free_bytes is not None and busy.disk_free_bytes > 0
+    assert busy.docker_version is None and busy.docker_error
+
+
+def test_up_prints_the_node_time_first(tmp_path: Path) -> None:
+    argv = remote.up(["echo"], str(tmp_path), "main", "r1", ["compose.yaml"])
+    done = run(argv)
+    lines = done.stdout.decode().splitlines()
+    assert lines[0].startswith("since=") and lines[0][6:].isdigit()
+    assert lines[1] == (f"-p main --project-directory {tmp_path}/main/releases/r1 "
+                        f"-f {tmp_path}/main/releases/r1/compose.yaml up -d --remove-orphans")

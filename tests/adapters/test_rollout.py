@@ -1,0 +1,475 @@
+"""Rollouts on the simulated fleet: real sshd, real dockerd, the real stand-in engine.
+
+The tests share one fleet and run in file order; each one first brings the nodes to the
+state it needs with an ordinary deploy (a no-op when they are there already). They deploy a
+deployment of their own (``rt`` on port 8001), so the stack's ``main`` deployments, which
+other test modules drive, are left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from servefleet.adapters import remote
+from servefleet.adapters.lock import NodeLock
+from servefleet.adapters.rollout import (
+    NodeResult,
+    ProgressEvent,
+    deploy,
+    list_releases,
+    plan_fleet,
+    rollback,
+)
+from servefleet.adapters.ssh import SshTransport
+from servefleet.core.models import Deployment, Node
+from servefleet.core.project import Project, load_project
+from servefleet.core.secrets import SecretMask
+from servefleet.sim.testbed import FleetHandle
+
+pytestmark = [pytest.mark.fleet, pytest.mark.slow]
+
+SECRETS = {"HF_TOKEN": "hf_rollout-test-secret-value"}
+DEP = "rt"
+PORT = 8001
+DEFAULT = {"sim-spark-1": "qwen36-fp8", "sim-spark-2": "qwen36-fp8",
+           "sim-5090": "qwen36-q4-llamacpp"}
+LOCK_WAIT_SECONDS = 300
+
+
+# -- helpers ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fleet(sim_fleet: FleetHandle) -> FleetHandle:
+    """The fleet, with the real stand-in engine (a placeholder proves no boot facts)."""
+    if not sim_fleet.standin_is_real:
+        pytest.skip("the stand-in engine image is not built yet (servefleet/sim/standin "
+                    "has no Dockerfile.vllm): rollout tests need its boot log")
+    return sim_fleet
+
+
+def wipe(fleet: FleetHandle, project: Project) -> None:
+    """Remove the test deployment (containers and folder) from every node."""
+    for name in fleet.nodes:
+        fleet.ssh(name, f"ids=$(docker ps -aq --filter label=com.docker.compose.project={DEP}); "
+                        "[ -z \"$ids\" ] || docker rm -f $ids >/dev/null")
+        shutil.rmtree(Path(project.nodes[name].base_dir) / DEP, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def base(fleet: FleetHandle) -> Iterator[Project]:
+    """The project with the sim stack; the test deployment is wiped before and after."""
+    project = load_project(fleet.project_dir, "sim")
+    wipe(fleet, project)
+    yield project
+    wipe(fleet, project)
+
+
+def placed(project: Project, profiles: dict[str, str]) -> Project:
+    """``project`` with the stack placing ``profiles`` (node → profile) as deployment
+    :data:`DEP` on :data:`PORT`."""
+    deployments = [Deployment(node=node, name=DEP, profile=profile, port=PORT)
+                   for node, profile in profiles.items()]
+    stack = project.stack.model_copy(update={"deployments": deployments})
+    return dataclasses.replace(project, stack=stack)
+
+
+def by_node(results: list[NodeResult]) -> dict[str, NodeResult]:
+    return {r.node: r for r in results}
+
+
+def folder(node: Node) -> Path:
+    """The test deployment's folder on the node (the node's files are on this machine)."""
+    return Path(node.base_dir) / DEP
+
+
+def current_of(node: Node) -> str | None:
+    link = folder(node) / "current"
+    return os.readlink(link).rpartition("/")[2] if link.is_symlink() else None
+
+
+def get(node: Node, path: str, port: int = PORT) -> tuple[int, bytes]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://{node.address}:{port}{path}", timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, b""
+
+
+def running_release(fleet: FleetHandle, name: str) -> str:
+    return fleet.ssh(name, f"docker ps --filter label=com.docker.compose.project={DEP} "
+                           "--format '{{.Label \"io.servefleet.release\"}}'").stdout.strip()
+
+
+def tree(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Every path under ``root`` (root included) with its mtime, ctime and size."""
+    found = {}
+    for path in [root, *sorted(root.rglob("*"))]:
+        info = path.lstat()
+        found[str(path.relative_to(root))] = (info.st_mtime_ns, info.st_ctime_ns, info.st_size)
+    return found
+
+
+def deploy_when_free(project: Project, nodes: list[str] | None = None,
+                     **options: Any) -> list[NodeResult]:
+    """:func:`deploy`, waiting while another process's rollout holds a node's lock.
+
+    On a shared development machine other test sessions roll out to the same simulated
+    nodes; in CI nothing else runs. A lock held by this process is never waited for.
+    """
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        results = deploy(project, nodes, secrets=SECRETS, **options)
+        foreign = [r for r in results if r.error_kind == "LockHeld"
+                   and f" pid={os.getpid()} " not in (r.error or "")]
+        if not foreign or time.monotonic() > deadline:
+            return results
+        time.sleep(2)
+
+
+def ensure(project: Project, profiles: dict[str, str] = DEFAULT) -> list[NodeResult]:
+    results = deploy_when_free(placed(project, profiles))
+    assert all(r.ok for r in results), [r.to_json() for r in results]
+    return results
+
+
+# -- the scenarios ---------------------------------------------------------------------------
+def test_three_nodes_deploy_and_pass_their_health_gates(base: Project,
+                                                        fleet: FleetHandle) -> None:
+    stack = placed(base, {d.node: d.profile for d in base.stack.deployments})
+    events: list[ProgressEvent] = []
+    results = by_node(deploy_when_free(stack, progress=events.append))
+    assert set(results) == {"sim-spark-1", "sim-spark-2", "sim-5090"}
+    for name, result in results.items():
+        assert result.ok, result.to_json()
+        [dep] = result.deployments
+        assert dep.status == "deployed"
+        assert dep.health is not None and dep.health.ok, dep.health and dep.health.to_json()
+        verdicts = {c.fact: c.verdict for c in dep.health.checks}
+        assert verdicts["boot outcome"] == verdicts["GET /health"] == "pass"
+        assert verdicts["served model name"] == "pass"
+        node = base.nodes[name]
+        assert current_of(node) == dep.release_id
+        assert get(node, "/health")[0] == 200
+        release = folder(node) / "releases" / str(dep.release_id)
+        assert (release / "engine.env").stat().st_mode & 0o777 == 0o600
+        manifest = json.loads((release / "manifest.json").read_text())
+        assert manifest["release_id"] == dep.release_id
+        assert manifest["profile"] == stack.stack.for_node(name)[0].profile
+        audit = (folder(node) / "audit.log").read_text()
+        assert audit.splitlines()[-1].split("\t")[2:6] == ["deploy", DEP, dep.release_id, "ok"]
+        assert SECRETS["HF_TOKEN"] not in audit
+    spark = results["sim-spark-1"].deployments[0].health
+    assert spark is not None
+    assert spark.facts["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+    assert {c.fact: c.verdict for c in spark.checks}["max_model_len"] == "pass"
+    phases = {(e.node, e.phase) for e in events}
+    for name in results:
+        for phase in ("observe", "lock", "preflight", "upload", "up", "boot", "health",
+                      "switch", "done"):
+            assert (name, phase) in phases, (name, phase)
+
+
+def test_noop_deploy_writes_nothing(base: Project, fleet: FleetHandle) -> None:
+    ensure(base)
+    before = {n: tree(folder(base.nodes[n])) for n in fleet.nodes}
+    time.sleep(0.05)  # a write now would get a later timestamp
+    results = deploy_when_free(placed(base, DEFAULT))
+    assert [d.status for r in results for d in r.deployments] == ["unchanged"] * 3
+    after = {n: tree(folder(base.nodes[n])) for n in fleet.nodes}
+    assert after == before
+
+
+def test_switching_one_node_to_mtp_changes_only_that_node(base: Project,
+                                                          fleet: FleetHandle) -> None:
+    ensure(base)
+    mtp = placed(base, {**DEFAULT, "sim-spark-2": "qwen36-fp8-mtp"})
+    items, errors = plan_fleet(mtp, secrets=SECRETS)
+    assert not errors
+    actions = {i.node: i.action for i in items}
+    assert actions == {"sim-spark-1": "unchanged", "sim-spark-2": "update",
+                       "sim-5090": "unchanged"}
+    [item] = [i for i in items if i.node == "sim-spark-2"]
+    assert item.flag_diff.added == {
+        "--speculative-config": '{"method":"qwen3_next_mtp","num_speculative_tokens":2}'}
+    assert not item.flag_diff.removed and not item.flag_diff.changed and item.restart
+
+    results = by_node(deploy_when_free(mtp))
+    assert [d.status for d in results["sim-spark-1"].deployments] == ["unchanged"]
+    assert [d.status for d in results["sim-5090"].deployments] == ["unchanged"]
+    [dep] = results["sim-spark-2"].deployments
+    assert dep.status == "deployed", dep.to_json()
+    assert dep.health is not None
+    mode = next(c for c in dep.health.checks if c.fact == "CUDA graph mode")
+    assert (mode.expected, mode.observed, mode.verdict) == ("PIECEWISE", "PIECEWISE", "pass")
+    # sim-spark-1 (same GPU) still runs the profile without MTP: its pool is larger.
+    kv_without = running_facts(base, "sim-spark-1")["kv_cache_tokens"]
+    kv_with = dep.health.facts["kv_cache_tokens"]
+    assert kv_with < kv_without, (kv_with, kv_without)
+
+
+def running_facts(project: Project, node: str) -> dict[str, Any]:
+    """The boot facts of the engine running on ``node``, read again from its log."""
+    from servefleet.core.bootlog import parse_text
+
+    with SshTransport(project.nodes[node]) as transport:
+        log = transport.run(remote.logs(DEP), timeout=60)
+    return parse_text((log.stdout + log.stderr).decode()).model_dump()
+
+
+def test_engine_oom_at_boot_rolls_back_and_the_old_release_serves(
+        base: Project, fleet: FleetHandle) -> None:
+    ensure(base)
+    node = base.nodes["sim-spark-1"]
+    old = current_of(node)
+    assert node.sim is not None
+    fault = Path(node.sim.control_dir) / "fault"
+    fault.write_text("kv_oom\n")
+
+    def lift_fault(event: ProgressEvent) -> None:
+        # The restore boots the old release without the fault: the new release failed for
+        # its own reasons, the node is fine.
+        if event.phase == "restore":
+            fault.unlink(missing_ok=True)
+
+    try:
+        results = by_node(deploy_when_free(placed(base, {"sim-spark-1": "qwen36-fp8-mtp"}),
+                                           progress=lift_fault))
+    finally:
+        fault.unlink(missing_ok=True)
+    [dep] = results["sim-spark-1"].deployments
+    assert dep.status == "rolled_back", dep.to_json()
+    assert dep.failure is not None
+    assert dep.failure.phase == "health"
+    assert dep.failure.failure_class == "kv_cache_oom"
+    assert any("No available memory for the cache blocks" in line
+               for line in dep.failure.evidence), dep.failure.evidence
+    assert dep.restore is not None and dep.restore.ok, dep.restore
+    assert dep.restore.release_id == old
+    assert current_of(node) == old
+    assert running_release(fleet, "sim-spark-1") == old
+    assert get(node, "/health")[0] == 200
+    audit = (folder(node) / "audit.log").read_text().splitlines()[-1]
+    assert "\trolled_back\t" in audit and "kv_cache_oom" in audit
+
+
+def test_connection_cut_mid_upload_never_leaves_a_half_release(base: Project,
+                                                               fleet: FleetHandle,
+                                                               tmp_path: Path) -> None:
+    ensure(base)
+    node = base.nodes["sim-spark-2"]
+    old = current_of(node)
+    # A release big enough that its upload takes a while: 8 node-local override files of
+    # about 1 MiB (comments), all part of the release.
+    overrides = []
+    for index in range(8):
+        path = tmp_path / f"padding-{index}.yaml"
+        path.write_text("services: {}\n" + ("# padding\n" * 100_000))
+        overrides.append(str(path))
+    big_node = node.model_copy(update={"compose_overrides": [*node.compose_overrides,
+                                                             *overrides]})
+    big = dataclasses.replace(placed(base, {"sim-spark-2": "qwen36-fp8-mtp"}),
+                              nodes={**base.nodes, "sim-spark-2": big_node})
+    staging = folder(node) / "staging"
+    made: list[SshTransport] = []
+    cuts: list[str] = []
+    done = threading.Event()
+
+    def factory(target: Node, mask: SecretMask) -> SshTransport:
+        transport = SshTransport(target, mask=mask)
+        made.append(transport)
+        return transport
+
+    def cutter() -> None:
+        # Every upload attempt unpacks into a new staging folder: cut each one.
+        seen: set[str] = set()
+        while not done.is_set():
+            entries = set(os.listdir(staging)) if staging.is_dir() else set()
+            for entry in sorted(entries - seen):
+                seen.add(entry)
+                cuts.append(entry)
+                made[-1].close()  # from another thread, mid-upload
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=cutter, daemon=True)
+    thread.start()
+    try:
+        [result] = deploy_when_free(big, ["sim-spark-2"], transport_factory=factory)
+    finally:
+        done.set()
+        thread.join()
+    [dep] = result.deployments
+    assert len(cuts) == 2, cuts  # the first attempt and its one retry
+    assert dep.status == "failed", dep.to_json()
+    assert dep.failure is not None and dep.failure.phase == "upload"
+    assert "connection lost" in dep.failure.message
+    assert current_of(node) == old
+    assert not (folder(node) / "releases" / str(dep.release_id)).exists()
+    # A cut attempt may leave its staging folder (the remote shell can die with the
+    # session); it is never renamed into releases/ and the next prune removes it.
+    assert all(entry.startswith(f"{dep.release_id}.") for entry in os.listdir(staging))
+    assert running_release(fleet, "sim-spark-2") == old
+    assert get(node, "/health")[0] == 200
+    # The lock was given back over a new connection, and the next deploy goes through.
+    [again] = deploy_when_free(big, ["sim-spark-2"])
+    assert again.ok, again.to_json()
+    assert current_of(node) == dep.release_id
+    assert os.listdir(staging) == []
+
+
+def test_concurrent_deploy_is_refused_by_the_lock(base: Project, fleet: FleetHandle) -> None:
+    ensure(base)
+    changed = placed(base, {"sim-spark-2": "qwen36-fp8-mtp"})
+    barrier = threading.Barrier(2)
+    results: list[NodeResult] = []
+
+    def one() -> None:
+        barrier.wait()
+        results.extend(deploy(changed, secrets=SECRETS))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    statuses = sorted(r.status for r in results)
+    assert statuses == ["deployed", "error"], [r.to_json() for r in results]
+    [refused] = [r for r in results if r.status == "error"]
+    assert refused.error_kind == "LockHeld"
+    assert "another rollout holds the node lock" in (refused.error or "")
+    assert f" pid={os.getpid()} " in (refused.error or "") and "op=deploy" in (refused.error or "")
+
+
+def test_stale_lock_needs_force_unlock(base: Project, fleet: FleetHandle) -> None:
+    ensure(base)
+    node = base.nodes["sim-spark-2"]
+    with SshTransport(node) as transport:
+        NodeLock(transport, "ghost@elsewhere pid=4242 since=2026-01-01T00:00:00Z op=deploy"
+                 ).acquire()
+    changed = placed(base, {"sim-spark-2": "qwen36-fp8-mtp"})
+    try:
+        [refused] = deploy(changed, secrets=SECRETS)
+    except BaseException:
+        shutil.rmtree(Path(node.base_dir) / remote.LOCK_DIR, ignore_errors=True)
+        raise
+    assert refused.error_kind == "LockHeld"
+    assert "ghost@elsewhere pid=4242" in (refused.error or "")
+    assert "--force-unlock" in (refused.error or "")
+    [forced] = deploy(changed, secrets=SECRETS, force_unlock=True)
+    assert forced.ok, forced.to_json()
+    assert not (Path(node.base_dir) / remote.LOCK_DIR).exists()
+
+
+def project_copy(fleet: FleetHandle, destination: Path, profiles: dict[str, str]) -> Path:
+    """The project with the fleet's inventory, and a stack ``rt`` placing ``profiles``."""
+    for name in ("nodes", "profiles", "templates"):
+        shutil.copytree(fleet.project_dir / name, destination / name)
+    shutil.copy(fleet.project_dir / "Pulumi.yaml", destination / "Pulumi.yaml")
+    stack = {node: {DEP: {"profile": profile, "port": PORT}} for node, profile in profiles.items()}
+    (destination / "Pulumi.rt.yaml").write_text(
+        yaml.safe_dump({"config": {"servefleet:profiles": stack}}))
+    return destination
+
+
+def test_changed_host_key_is_refused(base: Project, fleet: FleetHandle,
+                                     tmp_path: Path) -> None:
+    copy = project_copy(fleet, tmp_path / "project", DEFAULT)
+    inventory = copy / "nodes" / "sim" / "sim-5090.yaml"
+    data = yaml.safe_load(inventory.read_text())
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")],
+                   check=True)
+    data["ssh"]["host_keys"] = [" ".join((tmp_path / "k.pub").read_text().split()[:2])]
+    inventory.write_text(yaml.safe_dump(data))
+    project = load_project(copy, "rt")
+    [result] = deploy(project, ["sim-5090"], secrets=SECRETS)
+    assert result.error_kind == "HostKeyMismatch"
+    assert "sim-5090: host key mismatch" in (result.error or "")
+    assert (result.error or "").count("SHA256:") == 2
+    assert not result.deployments
+
+
+def test_killed_engine_comes_back_on_the_next_deploy(base: Project, fleet: FleetHandle) -> None:
+    ensure(base)
+    node = base.nodes["sim-5090"]
+    release = current_of(node)
+    releases_before = sorted(os.listdir(folder(node) / "releases"))
+    fleet.ssh("sim-5090", f"docker kill $(docker ps -q --filter "
+                          f"label=com.docker.compose.project={DEP}) >/dev/null")
+    stack = placed(base, DEFAULT)
+    items, _ = plan_fleet(stack, ["sim-5090"], SECRETS)
+    [item] = items
+    assert item.action == "update"
+    assert item.reasons == ("engine not running (exited (exit 137))",)
+    assert not item.upload
+    [result] = deploy_when_free(stack, ["sim-5090"])
+    assert result.ok, result.to_json()
+    [dep] = result.deployments
+    assert dep.status == "deployed" and dep.release_id == release
+    assert "upload" not in dict(dep.phases)
+    assert running_release(fleet, "sim-5090") == release
+    assert get(node, "/health")[0] == 200
+    assert sorted(os.listdir(folder(node) / "releases")) == releases_before
+
+
+def test_rollback_goes_to_the_previous_release(base: Project, fleet: FleetHandle) -> None:
+    ensure(base)
+    ensure(base, {**DEFAULT, "sim-spark-2": "qwen36-fp8-mtp"})
+    node = base.nodes["sim-spark-2"]
+    infos = list_releases(base, "sim-spark-2", DEP)
+    [current] = [i for i in infos if i.current]
+    [previous] = [i for i in infos if i.previous]
+    assert (current.profile, previous.profile) == ("qwen36-fp8-mtp", "qwen36-fp8")
+    result = rollback(base, "sim-spark-2", DEP)
+    assert result.status == "deployed", result.to_json()
+    assert result.release_id == previous.release_id
+    assert current_of(node) == previous.release_id
+    assert result.health is not None and result.health.ok
+    mode = next(c for c in result.health.checks if c.fact == "CUDA graph mode")
+    assert mode.observed == "FULL_AND_PIECEWISE"
+    audit = (folder(node) / "audit.log").read_text().splitlines()[-1]
+    assert audit.split("\t")[2] == "rollback"
+    # A second rollback goes back to where the first one came from.
+    again = rollback(base, "sim-spark-2", DEP)
+    assert again.status == "deployed" and again.release_id == current.release_id
+
+
+def test_cli_deploy_plan_releases_and_logs(base: Project, fleet: FleetHandle,
+                                          tmp_path: Path) -> None:
+    ensure(base)
+    from servefleet.cli.deploy import COMMANDS, merge_logs_group
+    from servefleet.cli.logs import logs_group
+    from servefleet.cli.main import cli
+
+    for command in [*COMMANDS, merge_logs_group(logs_group)]:
+        cli.add_command(command)
+    copy = project_copy(fleet, tmp_path / "project", DEFAULT)
+    runner = CliRunner()
+    env = {"HF_TOKEN": SECRETS["HF_TOKEN"]}
+    common = ["--project", str(copy), "--stack", "rt"]
+    plan = runner.invoke(cli, [*common, "plan"], env=env)
+    assert plan.exit_code == 0, plan.output
+    assert plan.output.count(f"/{DEP}: unchanged (release ") == 3, plan.output
+    done = runner.invoke(cli, [*common, "deploy", "--yes", "--json"], env=env)
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.output)
+    assert data["ok"] and [n["status"] for n in data["nodes"]] == ["unchanged"] * 3
+    listed = runner.invoke(cli, [*common, "releases", "sim-spark-1", "-d", DEP, "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert sum(r["current"] for r in json.loads(listed.output)) == 1
+    logs = runner.invoke(cli, [*common, "logs", "sim-spark-1", "-d", DEP])
+    assert logs.exit_code == 0, logs.output
+    assert "Application startup complete" in logs.output
+    assert SECRETS["HF_TOKEN"] not in logs.output

@@ -1,0 +1,118 @@
+"""Parsers of node facts: the observe, releases and preflight commands' output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from servefleet.core.observed import parse_observation, parse_preflight, parse_releases
+
+LABELS = {
+    "com.docker.compose.project": "main",
+    "com.docker.compose.service": "engine",
+    "com.docker.compose.project.working_dir": "/srv/sf/main/releases/aaaaaaaaaaaa",
+    "io.servefleet.release": "aaaaaaaaaaaa",
+}
+
+
+def container(**fields: object) -> str:
+    """One line as the observe command's docker inspect template prints it."""
+    data = {"name": "/main-engine-1", "status": "running", "exit_code": 0,
+            "oom_killed": False, "restart_count": 0, "started_at": "2026-11-21T10:00:00Z",
+            "image": "vllm/vllm-openai:v0.21.0", "labels": LABELS, "health": "healthy"}
+    data.update(fields)
+    return json.dumps(data)
+
+
+def observation(*blocks: str) -> str:
+    return "\n".join(["@@servefleet-observe 1", "@@lock", *blocks, "@@end"]) + "\n"
+
+
+MANIFEST = '{\n  "release_id": "aaaaaaaaaaaa",\n  "engine_argv": ["m", "--port", "8000"]\n}'
+
+
+def test_a_running_deployment() -> None:
+    node = parse_observation(observation(
+        "@@deployment main", "@@current", "releases/aaaaaaaaaaaa", "@@releases",
+        "aaaaaaaaaaaa", "bbbbbbbbbbbb", "@@manifest", MANIFEST, "", "@@containers",
+        container()))
+    assert node.lock_owner is None
+    dep = node.deployments["main"]
+    assert dep.current_release == "aaaaaaaaaaaa"
+    assert dep.releases == ("aaaaaaaaaaaa", "bbbbbbbbbbbb")
+    assert dep.engine_argv == ["m", "--port", "8000"]
+    assert dep.running and dep.running_release == "aaaaaaaaaaaa"
+    assert dep.engine_state() == "running"
+    [engine] = dep.containers
+    assert (engine.name, engine.service, engine.health) == ("main-engine-1", "engine", "healthy")
+
+
+def test_killed_and_oom_killed_engines() -> None:
+    killed = parse_observation(observation(
+        "@@deployment main", "@@current", "releases/aaaaaaaaaaaa", "@@releases",
+        "aaaaaaaaaaaa", "@@manifest", "", "@@containers",
+        container(status="exited", exit_code=137))).deployments["main"]
+    assert not killed.running
+    assert killed.engine_state() == "exited (exit 137)"
+    assert killed.manifest is None and killed.engine_argv is None
+    oom = parse_observation(observation(
+        "@@deployment main", "@@current", "", "@@releases", "@@manifest", "", "@@containers",
+        container(status="restarting", exit_code=1, oom_killed=True, restart_count=4)
+    )).deployments["main"]
+    assert oom.current_release is None
+    assert oom.restart_count == 4
+    assert oom.engine_state() == "restarting (OOM-killed, exit 1)"
+
+
+def test_lock_absent_deployment_and_docker_error() -> None:
+    node = parse_observation(observation(
+        "alice@ctl pid=7 since=2026-11-21T10:00:00Z op=deploy",
+        "@@deployment gone", "@@absent",
+        "@@deployment main", "@@current", "releases/aaaaaaaaaaaa", "@@releases",
+        "@@manifest", "{not json", "@@docker-error",
+        "Cannot connect to the Docker daemon at unix:///var/run/docker.sock."))
+    assert node.lock_owner == "alice@ctl pid=7 since=2026-11-21T10:00:00Z op=deploy"
+    assert list(node.deployments) == ["main"]
+    dep = node.deployments["main"]
+    assert dep.manifest is None and dep.manifest_error is not None
+    assert dep.manifest_error.startswith("manifest.json is not valid JSON")
+    assert dep.engine_state().startswith("unknown (docker: Cannot connect")
+
+
+def test_cut_output_is_refused() -> None:
+    with pytest.raises(ValueError, match="incomplete"):
+        parse_observation("@@servefleet-observe 1\n@@lock\n@@deployment main\n@@current\n")
+    with pytest.raises(ValueError, match="does not start with"):
+        parse_observation("bash: sh: command not found\n")
+
+
+def test_a_current_link_outside_releases_is_not_a_release() -> None:
+    dep = parse_observation(observation(
+        "@@deployment main", "@@current", "/etc", "@@releases", "@@manifest", "",
+        "@@containers")).deployments["main"]
+    assert dep.current_release is None
+
+
+def test_releases_newest_first_with_current_and_previous() -> None:
+    text = "\n".join([
+        "@@servefleet-releases 1", "@@current", "releases/b", "@@previous", "releases/a",
+        "@@release a", '{"created_at": "2026-11-20T00:00:00+00:00", "profile": "p1"}',
+        "@@release b", '{"created_at": "2026-11-21T00:00:00+00:00", "profile": "p2"}',
+        "@@release c", "", "@@end"])
+    releases = parse_releases(text)
+    assert [(r.release_id, r.current, r.previous, r.profile) for r in releases] == [
+        ("b", True, False, "p2"), ("a", False, True, "p1"), ("c", False, False, None)]
+
+
+def test_preflight_facts() -> None:
+    facts = parse_preflight("docker_version=20.10.24\ncompose=docker compose\n"
+                            "compose_version=5.6.1\ndisk_free_kib=1048576\nport_in_use=no\n")
+    assert facts.docker_version == "20.10.24"
+    assert facts.compose == ("docker", "compose")
+    assert facts.disk_free_bytes == 1 << 30
+    assert facts.port_in_use is False
+    missing = parse_preflight("docker_error=Cannot connect to the Docker daemon\n"
+                              "disk_free_kib=\nport_in_use=yes\n")
+    assert missing.docker_version is None and missing.compose is None
+    assert missing.disk_free_bytes is None and missing.port_in_use is True
