@@ -1,0 +1,89 @@
+"""``servefleet health [NODES]``: is what runs on the nodes what was intended?
+
+For every deployment the stack places on NODES (default: all), reads the running engine's
+boot log over SSH, holds it to the profile's expectations, probes the engine's HTTP API and
+compares the KV pool with the node's baseline (see :mod:`servefleet.adapters.node_health`).
+Prints a table per deployment (fact, expected, observed, verdict) and, for every failed
+fact, the log lines or HTTP answers that prove it; ``--json`` prints one JSON document.
+
+Exit status: 0 when every deployment is healthy, 1 when any check failed or a node could not
+be checked. API keys (``VLLM_API_KEY``, ``LLAMA_API_KEY``) come from the environment when a
+profile lists them in ``secret_env``; they are never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from servefleet.adapters import node_health
+from servefleet.adapters.probes import API_KEY_SECRETS
+from servefleet.cli.main import CliContext
+from servefleet.core.health_table import (
+    DeploymentHealth,
+    failure_lines,
+    fleet_json,
+    table_lines,
+    title_line,
+)
+from servefleet.core.project import Project, load_project
+
+_VERDICT_COLOURS = {"pass": "green", "fail": "red", "warn": "yellow", "info": None}
+
+
+def api_secrets(project: Project) -> dict[str, str]:
+    """API keys some profile expects, from the environment."""
+    wanted = {name for profile in project.profiles.values() for name in profile.secret_env
+              if name in API_KEY_SECRETS}
+    return {name: os.environ[name] for name in sorted(wanted) if os.environ.get(name)}
+
+
+def print_report(results: list[DeploymentHealth]) -> None:
+    """The text report, coloured by verdict."""
+    for result in results:
+        click.secho(title_line(result), fg="green" if result.ok else "red", bold=True)
+        lines = table_lines(result.rows)
+        if lines:
+            click.secho("  " + lines[0], bold=True)
+        for row, line in zip(result.rows, lines[1:], strict=True):
+            click.secho("  " + line, fg=_VERDICT_COLOURS.get(row.verdict))
+        for line in failure_lines(result):
+            click.secho(line, fg="red" if line.lstrip().startswith(("FAILED", "error")) else None)
+        click.echo()
+    healthy = sum(r.ok for r in results)
+    click.secho(f"{healthy} of {len(results)} deployment(s) healthy",
+                fg="green" if healthy == len(results) else "red")
+
+
+@click.command("health")
+@click.argument("nodes", nargs=-1)
+@click.option("--deployment", "-d", "deployments", multiple=True,
+              help="Only these deployments (default: every deployment the stack places).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--determinism", is_flag=True,
+              help="Also run the determinism probe (the same prompt 3 times at temperature "
+                   "0), whatever the profile's health.determinism.probe says.")
+@click.option("--wait", is_flag=True,
+              help="Follow an engine that is still booting until its profile's deadline "
+                   "instead of reporting it as not ready.")
+@click.option("--rebaseline", is_flag=True,
+              help="Record the current KV pools as the nodes' baselines, replacing the old "
+                   "ones (after an intended change the tolerance flagged).")
+@click.pass_obj
+def health_command(obj: CliContext, nodes: tuple[str, ...], deployments: tuple[str, ...],
+                   as_json: bool, determinism: bool, wait: bool, rebaseline: bool) -> None:
+    """Check the engines running on NODES (default: every node of the stack): boot log
+    against the profile, HTTP probes, KV pool against the node's baseline."""
+    project = load_project(obj.project_dir, obj.stack)
+    options = node_health.HealthOptions(determinism=True if determinism else None, wait=wait,
+                                        rebaseline=rebaseline, secrets=api_secrets(project))
+    results = node_health.check_fleet(project, nodes or None,
+                                      deployments=deployments or None, options=options)
+    if as_json:
+        click.echo(json.dumps(fleet_json(results), indent=2))
+    else:
+        print_report(results)
+    sys.exit(0 if all(r.ok for r in results) else 1)

@@ -1,0 +1,71 @@
+"""``servefleet health`` without a fleet: a node nobody answers for, an unknown node. The
+command against live engines is tested on the simulated fleet
+(tests/adapters/test_health_fleet.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from servefleet.cli.health import health_command
+from servefleet.cli.main import cli
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Any well-formed ed25519 public key: the connection is refused before a key is compared.
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDLNm5MKrm1eiSycIRgkU2xwJHw1VpN2JEZYmgk/hRgb"
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """One node on a loopback port where nothing listens, placed with qwen36-fp8."""
+    shutil.copytree(REPO_ROOT / "profiles", tmp_path / "profiles")
+    (tmp_path / "nodes").mkdir()
+    node = {"address": "127.0.0.1",
+            "ssh": {"port": closed_port(), "host_keys": [HOST_KEY], "agent": True,
+                    "connect_timeout_seconds": 2},
+            "arch": "x86_64",
+            "gpus": [{"name": "NVIDIA GB10", "memory_gib": 128, "unified_memory": True,
+                      "compute_capability": "12.1"}]}
+    (tmp_path / "nodes" / "gone.yaml").write_text(yaml.safe_dump(node))
+    (tmp_path / "Pulumi.t.yaml").write_text(yaml.safe_dump(
+        {"config": {"servefleet:profiles": {"gone": "qwen36-fp8"}}}))
+    return tmp_path
+
+
+def invoke(project: Path, *args: str) -> object:
+    cli.add_command(health_command)
+    return CliRunner().invoke(cli, ["--project", str(project), "--stack", "t", "health", *args])
+
+
+def test_unreachable_node_is_reported_and_exits_1(project: Path) -> None:
+    result = invoke(project, "--json")
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.output)
+    assert data["ok"] is False
+    [entry] = data["deployments"]
+    assert (entry["node"], entry["deployment"], entry["checks"]) == ("gone", "main", [])
+    assert "gone: cannot reach 127.0.0.1" in entry["error"]
+    text = invoke(project)
+    assert text.exit_code == 1
+    assert "gone/main: UNHEALTHY" in text.output and "error: gone: cannot reach" in text.output
+    assert "0 of 1 deployment(s) healthy" in text.output
+
+
+def test_unknown_node_is_a_config_error(project: Path) -> None:
+    result = invoke(project, "elsewhere")
+    assert result.exit_code == 1
+    assert "elsewhere: not in stack 't'" in result.output
+    result = invoke(project, "gone", "-d", "nomtp")
+    assert result.exit_code == 1 and "places no deployment named nomtp" in result.output
