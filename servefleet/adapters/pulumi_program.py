@@ -1,0 +1,145 @@
+"""The Pulumi program's body: load the project and the stack, declare one ``NodeDeployment``
+per node, export what booted.
+
+``__main__.py`` at the project root calls :func:`run`. Everything about a node's deployments
+is rendered here, at program time, so ``pulumi preview`` shows which release, profile and
+engine flags change without connecting to any node. Profiles, ports and the strategy come
+from ``Pulumi.<stack>.yaml`` (the same file the ``servefleet`` CLI reads; the one-line
+``pulumi config set servefleet:profiles.<node> <profile>`` form wins over the mapping).
+Secret values come from Pulumi's config (decrypted by Pulumi), are used to render the
+release id (which carries only their sha256), and reach the resource only as a Pulumi
+secret input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pulumi
+
+from servefleet.adapters.pulumi_provider import (
+    PROVIDER_VERSION,
+    DeploymentInputs,
+    NodeDeployment,
+    NodeDeploymentArgs,
+)
+from servefleet.core.errors import ServefleetError
+from servefleet.core.plan import flags_from_argv
+from servefleet.core.project import SECRET_KEYS, Project, load_project
+from servefleet.core.render import RenderedRelease, render_deployments
+
+CONFIG_NAMESPACE = "servefleet"
+
+
+def secret_config_key(env_name: str) -> str:
+    """The stack config key (after ``servefleet:``) that holds secret ``env_name``:
+    ``hfToken`` for ``HF_TOKEN``, ``apiKey`` for ``VLLM_API_KEY``, else
+    ``secretEnv.<NAME>``."""
+    for key, env in SECRET_KEYS.items():
+        if env == env_name:
+            return key
+    return f"secretEnv.{env_name}"
+
+
+def node_secret_names(project: Project, node: str) -> list[str]:
+    """The secret variables the profiles placed on ``node`` need, sorted."""
+    names = {name for dep in project.stack.for_node(node)
+             for name in project.profiles[dep.profile].secret_env}
+    return sorted(names)
+
+
+def stack_secrets(project: Project, config: pulumi.Config) -> dict[str, str]:
+    """Every secret value the stack's profiles need that the stack config holds (a missing
+    one is reported by rendering, with the ``pulumi config set --secret`` line to fix it)."""
+    values: dict[str, str] = {}
+    for node in project.stack.nodes:
+        for name in node_secret_names(project, node):
+            value = config.get(secret_config_key(name))
+            if value is not None:
+                values[name] = value
+    return values
+
+
+def deployment_inputs(rendered: RenderedRelease) -> DeploymentInputs:
+    """The resource inputs of one rendered deployment (nothing secret in them)."""
+    return DeploymentInputs(
+        profile=rendered.profile,
+        port=rendered.port,
+        release_id=rendered.release_id,
+        engine=rendered.engine,
+        image=rendered.image,
+        # The same parser the provider and the planner use on a deployed command line.
+        engine_flags=flags_from_argv(rendered.engine_argv),
+        file_hashes=dict(sorted(rendered.file_hashes.items())),
+    )
+
+
+def node_args(project: Project, node: str, secrets: Mapping[str, str]) -> NodeDeploymentArgs:
+    """Render ``node``'s deployments and build its resource inputs."""
+    releases = render_deployments(project, project.stack.for_node(node), secrets)
+    needed = {name: secrets[name] for name in node_secret_names(project, node)
+              if name in secrets}
+    return NodeDeploymentArgs(
+        node=node,
+        address=project.nodes[node].address,
+        project_dir=str(project.root),
+        stack=project.stack.stack,
+        strategy=project.stack.strategy,
+        deployments={r.deployment: deployment_inputs(r) for r in releases},
+        secrets=pulumi.Output.secret(needed) if needed else None,
+        provider_version=PROVIDER_VERSION,
+    )
+
+
+def declare_fleet(root: Path, stack: str, config: pulumi.Config,
+                  ) -> dict[str, NodeDeployment]:
+    """One :class:`NodeDeployment` per node of the stack, named after the node. With the
+    ``rolling`` strategy each node depends on the one before it, so Pulumi rolls them one at
+    a time and stops at the first failure; ``parallel`` lets Pulumi run them together."""
+    project = load_project(root, stack)
+    secrets = stack_secrets(project, config)
+    resources: dict[str, NodeDeployment] = {}
+    previous: NodeDeployment | None = None
+    for node in project.stack.nodes:
+        opts = None
+        if project.stack.strategy == "rolling" and previous is not None:
+            opts = pulumi.ResourceOptions(depends_on=[previous])
+        previous = resources[node] = NodeDeployment(node, node_args(project, node, secrets),
+                                                    opts)
+    return resources
+
+
+def export_outputs(resources: Mapping[str, NodeDeployment]) -> None:
+    """Stack output ``nodes``: per node and deployment its endpoint, release, KV pool,
+    CUDA-graph mode and health."""
+
+    def per_deployment(values: list[Any]) -> dict[str, Any]:
+        endpoints, releases, kv, graphs, health = (v or {} for v in values)
+        return {name: {"endpoint": endpoints.get(name), "releaseId": releases.get(name),
+                       "kvCacheTokens": _whole(kv.get(name)),
+                       "cudagraphMode": graphs.get(name), "health": health.get(name)}
+                for name in endpoints}
+
+    pulumi.export("nodes", {
+        node: pulumi.Output.all(res.endpoints, res.releaseIds, res.kvCacheTokens,
+                                res.cudagraphModes, res.health).apply(per_deployment)
+        for node, res in resources.items()
+    })
+
+
+def _whole(value: Any) -> Any:
+    """Pulumi carries numbers as floats; a token count is a whole number."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def run(root: Path) -> dict[str, NodeDeployment]:
+    """The whole program (``__main__.py``): a configuration problem is reported as one
+    clear error rather than a Python traceback."""
+    try:
+        resources = declare_fleet(root, pulumi.get_stack(), pulumi.Config(CONFIG_NAMESPACE))
+    except ServefleetError as error:
+        raise pulumi.RunError(str(error)) from None
+    export_outputs(resources)
+    return resources

@@ -1,0 +1,556 @@
+"""The Pulumi dynamic provider: one ``NodeDeployment`` resource per node of a stack.
+
+A thin shell over the rollout the CLI uses (:mod:`servefleet.adapters.rollout`) and the
+drift collector (:mod:`servefleet.adapters.drift_collect`):
+
+* **inputs** are computed by the program (:mod:`servefleet.adapters.pulumi_program`) by
+  rendering every deployment of the node, so ``pulumi preview`` shows what changes (release
+  id, profile, engine flags as a ``flag → value`` map, file hashes) without touching a node;
+  secrets arrive as a Pulumi secret input and nowhere else;
+* ``diff`` compares the old outputs (what was deployed and what was last observed on the
+  node) with the new inputs (:func:`describe_changes`): changed engine flags
+  (:func:`servefleet.core.render.diff_flags`), whether the engine restarts, and drift;
+* ``create`` / ``update`` run the rollout (upload, stop, boot, health gate; a failed gate
+  restores the previous release) and then observe the node; a failure raises with the
+  failure class and the log lines that prove it;
+* ``read`` (``pulumi refresh``, ``pulumi preview --refresh``) observes the node: running
+  release, image, file hashes of the current release, boot facts (KV pool, CUDA-graph
+  mode), health. A file edited by hand on the node shows as changed file hashes, and
+  ``diff`` then reports the resource as changed;
+* ``delete`` stops the engines (their releases stay on the node for a rollback).
+
+The provider object is pickled into the Pulumi state when the program declares a resource:
+it holds no attribute at all, builds its SSH connections inside each method, and every
+value it needs comes from the resource's properties. Pulumi cannot see a change of this
+module's code, so behaviour changes bump :data:`PROVIDER_VERSION` (an input).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pulumi
+import pulumi.dynamic
+
+from servefleet.core.errors import (
+    ConfigError,
+    HealthGateFailed,
+    ServefleetError,
+    UnreachableNode,
+)
+from servefleet.core.models import Deployment, Node, StackConfig
+from servefleet.core.project import Project, load_nodes, load_project
+from servefleet.core.render import FlagDiff, diff_flags
+from servefleet.core.render.release import LABEL_PREFIX
+from servefleet.core.secrets import SecretMask
+
+if TYPE_CHECKING:
+    from servefleet.adapters.rollout import NodeResult
+    from servefleet.core.drift import ObservedDeploymentState
+
+# The rollout and the drift collector (paramiko, tenacity…) are imported where they are
+# used: a no-op `pulumi up` only diffs, and both the program and the provider host start
+# faster without them.
+
+PROVIDER_VERSION = "1"
+"""Bump on every change of what the provider does: Pulumi compares this input, not code."""
+RESOURCE_MODULE = "servefleet"
+RESOURCE_NAME = "NodeDeployment"
+RESOURCE_TYPE = f"pulumi-python:dynamic/{RESOURCE_MODULE}:{RESOURCE_NAME}"
+"""The resource's Pulumi type token."""
+HEALTHY = "healthy"
+"""The health verdict of an engine that serves its current release."""
+OBSERVE_TIMEOUT_SECONDS = 60.0
+
+# Input keys of one deployment whose change means a new release (and an engine restart).
+_RELEASE_KEYS = ("profile", "port", "releaseId")
+# Output keys filled from the observation; the program declares them so they can be read.
+OUTPUT_KEYS = ("endpoints", "releaseIds", "kvCacheTokens", "cudagraphModes", "health",
+               "observed")
+
+
+# -- what the program passes ------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeploymentInputs:
+    """One deployment of a node as the program rendered it (non-secret)."""
+
+    profile: str
+    """Serving profile."""
+    port: int
+    """Port the engine listens on."""
+    release_id: str
+    """The rendered release's id."""
+    engine: str
+    """``vllm`` or ``llama.cpp``."""
+    image: str
+    """Image the engine runs (the pinned base image, or the overlay tag)."""
+    engine_flags: dict[str, str | None]
+    """The engine command line as an ordered ``flag → value`` map (``None``: no value), so
+    a preview diff names each flag that changes (``--speculative-config``…)."""
+    file_hashes: dict[str, str]
+    """sha256 of every release file (``engine.env`` in its secret-hashed form)."""
+
+    def to_props(self) -> dict[str, Any]:
+        """The resource property (camelCase keys, as Pulumi shows them)."""
+        return {"profile": self.profile, "port": self.port, "releaseId": self.release_id,
+                "engine": self.engine, "image": self.image,
+                "engineFlags": flags_property(self.engine_flags),
+                "fileHashes": dict(self.file_hashes)}
+
+
+@dataclass(frozen=True)
+class NodeDeploymentArgs:
+    """Inputs of a :class:`NodeDeployment`."""
+
+    node: str
+    """Node name (inventory file ``nodes/<name>.yaml`` or ``nodes/*/<name>.yaml``)."""
+    address: str
+    """The node's address (for the endpoints)."""
+    project_dir: str
+    """The project folder the provider loads inventory, profiles and templates from."""
+    stack: str
+    """Stack name (``Pulumi.<stack>.yaml``)."""
+    strategy: str
+    """The stack's rollout strategy (shown; ordering is done with ``depends_on``)."""
+    deployments: dict[str, DeploymentInputs]
+    """The node's deployments by name."""
+    secrets: pulumi.Input[Mapping[str, str]] | None = None
+    """Secret environment values the node's profiles need; pass a Pulumi secret."""
+    provider_version: str = PROVIDER_VERSION
+    """Version of this provider's behaviour."""
+
+    def to_props(self) -> dict[str, Any]:
+        """The resource's input properties, plus the declared outputs (``None``)."""
+        props: dict[str, Any] = {
+            "node": self.node,
+            "address": self.address,
+            "projectDir": self.project_dir,
+            "stack": self.stack,
+            "strategy": self.strategy,
+            "providerVersion": self.provider_version,
+            "deployments": {name: dep.to_props() for name, dep in self.deployments.items()},
+        }
+        if self.secrets is not None:
+            props["secrets"] = self.secrets
+        for key in OUTPUT_KEYS:
+            props[key] = None
+        return props
+
+
+# -- diff ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeploymentChange:
+    """What an update does to one deployment, and why."""
+
+    deployment: str
+    """Deployment name."""
+    reasons: tuple[str, ...]
+    """One phrase per reason (``profile qwen36-fp8 -> qwen36-fp8-mtp``, drift…)."""
+    flag_diff: FlagDiff = field(default_factory=FlagDiff)
+    """Engine flags added, removed, changed."""
+    restart: bool = False
+    """The engine (re)starts or stops."""
+
+    def lines(self) -> list[str]:
+        """Human lines: reasons, flag changes, restart."""
+        out = [f"{self.deployment}: {reason}" for reason in self.reasons]
+        out += [f"{self.deployment}:   {line}" for line in self.flag_diff.lines()]
+        if self.restart:
+            out.append(f"{self.deployment}: engine restarts")
+        return out
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _int(value: Any) -> int | None:
+    """Pulumi hands numbers over as floats: ``8000.0`` is the port 8000."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return int(value)
+    return None
+
+
+def _same(key: str, old: Any, new: Any) -> bool:
+    if key == "port":
+        return _int(old) == _int(new)
+    return bool(old == new)
+
+
+def flags_property(flags: Mapping[str, str | None]) -> dict[str, str | bool]:
+    """Engine flags as a Pulumi property: a flag without a value is ``true`` (Pulumi drops
+    ``null`` map entries, which would hide ``--enable-prefix-caching`` from state and diff)."""
+    return {flag: True if value is None else value for flag, value in flags.items()}
+
+
+def _flags(value: Any) -> dict[str, str | None]:
+    """The inverse of :func:`flags_property`."""
+    return {str(k): (None if v is True or v is None else str(v))
+            for k, v in _mapping(value).items()}
+
+
+def drift_reasons(deployed: Mapping[str, Any], observed: Mapping[str, Any] | None) -> list[str]:
+    """How a node differs from what was deployed (``deployed``: the deployment's inputs as
+    last applied; ``observed``: what ``read``/``create`` found on the node)."""
+    if observed is None:
+        return []
+    reasons: list[str] = []
+    want = deployed.get("releaseId")
+    current = observed.get("currentRelease")
+    running = observed.get("runningRelease")
+    if current != want:
+        reasons.append(f"drift: the node's current release is {current or 'none'}, "
+                       f"not {want}")
+    elif running not in (None, want):
+        reasons.append(f"drift: the engine runs release {running}, not {want}")
+    else:
+        want_files = _mapping(deployed.get("fileHashes"))
+        have_files = _mapping(observed.get("fileHashes"))
+        if want_files and have_files != want_files:
+            changed = sorted(p for p in {*want_files, *have_files}
+                             if want_files.get(p) != have_files.get(p))
+            reasons.append("drift: release files differ on the node: " + ", ".join(changed))
+    health = observed.get("health")
+    if health != HEALTHY:
+        reasons.append(f"drift: engine is not healthy ({health or 'unknown'})")
+    return reasons
+
+
+def describe_changes(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[DeploymentChange]:
+    """Every deployment an update would touch: desired changes (old inputs in ``olds`` →
+    ``news``) and drift (``olds['observed']`` against what was deployed)."""
+    old_deps = _mapping(olds.get("deployments"))
+    new_deps = _mapping(news.get("deployments"))
+    observed = _mapping(olds.get("observed"))
+    changes: list[DeploymentChange] = []
+    for name in [*new_deps, *(n for n in old_deps if n not in new_deps)]:
+        old = _mapping(old_deps.get(name)) if name in old_deps else None
+        new = _mapping(new_deps.get(name)) if name in new_deps else None
+        if new is None:
+            changes.append(DeploymentChange(name, ("removed from the stack: engine stops",),
+                                            restart=True))
+            continue
+        if old is None:
+            changes.append(DeploymentChange(
+                name, (f"new deployment ({new.get('profile')}, release {new.get('releaseId')})",),
+                flag_diff=diff_flags({}, _flags(new.get("engineFlags"))), restart=True))
+            continue
+        reasons: list[str] = []
+        for key in _RELEASE_KEYS:
+            if not _same(key, old.get(key), new.get(key)):
+                reasons.append(f"{key} {old.get(key)} -> {new.get(key)}")
+        flag_diff = diff_flags(_flags(old.get("engineFlags")), _flags(new.get("engineFlags")))
+        restart = bool(reasons)
+        drift = drift_reasons(old, _mapping(observed.get(name)) if name in observed else None)
+        if drift:
+            reasons += drift
+            restart = True
+        if reasons:
+            changes.append(DeploymentChange(name, tuple(reasons), flag_diff, restart))
+    return changes
+
+
+# -- observing a node ---------------------------------------------------------------------------
+def _load_node(project_dir: str, name: str) -> Node:
+    nodes, _, problems = load_nodes(Path(project_dir).resolve())
+    if name not in nodes:
+        detail = f" ({'; '.join(problems)})" if problems else ""
+        raise ConfigError(
+            f"node {name!r} is not in the inventory of {project_dir}{detail}; if the node is "
+            "gone for good, drop it from the Pulumi state with `pulumi state delete <urn>`")
+    return nodes[name]
+
+
+def _health(state: ObservedDeploymentState) -> str:
+    """One verdict per deployment: ``healthy`` or what is wrong."""
+    container = state.container
+    if not state.present or container is None:
+        return "absent: no engine container"
+    if not container.running:
+        detail = "OOM-killed, " if container.oom_killed else ""
+        return f"down: {container.status} ({detail}exit {container.exit_code})"
+    if state.boot is not None and state.boot.outcome not in (None, "ready"):
+        return f"unhealthy: boot {state.boot.outcome}"
+    if state.boot is None:
+        return "unhealthy: no boot log"
+    if state.engine_version is None:
+        return f"unhealthy: HTTP API not answering ({state.engine_version_error or '?'})"
+    return HEALTHY
+
+
+def _observed_deployment(node: Node, port: int, state: ObservedDeploymentState | None,
+                         ) -> dict[str, Any]:
+    """The stable facts of one deployment (no timestamps or counters, so that observing an
+    unchanged node twice gives the same outputs)."""
+    endpoint = f"http://{node.address}:{port}"
+    if state is None:
+        return {"endpoint": endpoint, "currentRelease": None, "runningRelease": None,
+                "health": "absent: no engine container", "fileHashes": {}}
+    container = state.container
+    running = container is not None and container.running
+    manifest = state.manifest or {}
+    return {
+        "endpoint": endpoint,
+        "currentRelease": state.current_release,
+        "runningRelease": (container.labels.get(f"{LABEL_PREFIX}release") or None)
+        if running and container is not None else None,
+        "profile": manifest.get("profile") if isinstance(manifest.get("profile"), str) else None,
+        "engineState": container.status if container is not None else "no container",
+        "image": container.image_ref if container is not None else None,
+        "imageId": container.image_id if container is not None else None,
+        "imageRepoDigest": (container.repo_digests[0] if container.repo_digests else None)
+        if container is not None else None,
+        "fileHashes": dict(sorted(state.file_hashes.items())),
+        "bootOutcome": state.boot.outcome if state.boot else None,
+        "kvCacheTokens": state.boot.kv_cache_tokens if state.boot else None,
+        "cudagraphMode": state.boot.cudagraph_mode if state.boot else None,
+        "engineVersion": state.engine_version,
+        "health": _health(state),
+    }
+
+
+def observe(node: Node, deployments: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Read the node (one SSH connection, one command) and return the output properties."""
+    from servefleet.adapters.drift_collect import CollectOptions, DeploymentQuery, collect_node
+
+    queries = [DeploymentQuery(name=name, engine=str(dep.get("engine") or "vllm"),
+                               port=_int(dep.get("port")))
+               for name, dep in deployments.items()]
+    options = CollectOptions(timeout=OBSERVE_TIMEOUT_SECONDS, probe=False,
+                             baseline_files=())
+    seen = collect_node(node, queries, options)
+    if seen.unreachable:
+        raise UnreachableNode(seen.unreachable)
+    observed = {}
+    for name, dep in deployments.items():
+        port = _int(dep.get("port")) or node.ports[0]
+        observed[name] = _observed_deployment(node, port, seen.deployments.get(name))
+    return {
+        "observed": observed,
+        "endpoints": {n: o["endpoint"] for n, o in observed.items()},
+        "releaseIds": {n: o["currentRelease"] for n, o in observed.items()},
+        "kvCacheTokens": {n: o.get("kvCacheTokens") for n, o in observed.items()},
+        "cudagraphModes": {n: o.get("cudagraphMode") for n, o in observed.items()},
+        "health": {n: o["health"] for n, o in observed.items()},
+    }
+
+
+# -- applying -----------------------------------------------------------------------------------
+SHOWN_PHASES = frozenset({"build", "stop", "up", "restore", "done"})
+"""Rollout phases reported while ``pulumi up`` runs (the boot log's own lines are not)."""
+
+
+def _quiet_libraries() -> None:
+    """paramiko logs every retried connection attempt with a traceback; the provider host
+    has no logging set up, so Python would print them and Pulumi would show them. The
+    transport's own error, after its retries, is what the operator needs."""
+    quiet = logging.getLogger("paramiko")
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+
+
+def progress_printer(mask: SecretMask) -> Callable[[Any], None]:
+    """A rollout progress callback printing one line per phase to stderr, which Pulumi
+    shows while the update runs."""
+
+    def show(event: Any) -> None:
+        if event.phase not in SHOWN_PHASES:
+            return
+        where = f"{event.node}/{event.deployment}" if event.deployment else event.node
+        detail = f": {event.message}" if event.message else ""
+        line = mask(f"servefleet: {where}: {event.phase}{detail} ({event.elapsed:.1f} s)\n")
+        # One write per line: nodes roll out in parallel threads of the provider host.
+        try:
+            sys.stderr.flush()
+            os.write(sys.stderr.fileno(), line.encode("utf-8", "replace"))
+        except (OSError, ValueError):  # a stderr without a file descriptor (captured)
+            sys.stderr.write(line)
+
+    return show
+
+
+def _plain_inputs(props: Mapping[str, Any]) -> dict[str, Any]:
+    """The inputs echoed into the outputs: all but the secrets and the provider blob."""
+    return {k: v for k, v in props.items()
+            if k not in ("secrets", "__provider", *OUTPUT_KEYS)}
+
+
+def _deployments(props: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {str(name): _mapping(dep) for name, dep in _mapping(props.get("deployments")).items()}
+
+
+def _project_for(props: Mapping[str, Any]) -> Project:
+    """The project as on disk, with the stack placing exactly this resource's deployments
+    on its node: the provider deploys what the resource says."""
+    node = str(props["node"])
+    project = load_project(Path(str(props["projectDir"])), str(props["stack"]))
+    placed = [Deployment(node=node, name=name, profile=str(dep["profile"]),
+                         port=_int(dep.get("port")))
+              for name, dep in _deployments(props).items()]
+    stack = project.stack.model_copy(update={"deployments": placed})
+    return dataclasses.replace(project, stack=stack)
+
+
+def failure_text(result: NodeResult) -> str:
+    """What a failed rollout of one node says: per deployment the phase, the failure class,
+    the log lines that prove it, and whether the previous release was restored."""
+    headline = {
+        "rolled_back": "rollout failed; the previous release was restored",
+        "restore_failed": "rollout failed and the previous release could NOT be restored",
+        "skipped": "rollout not attempted",
+    }.get(result.status, "rollout failed")
+    lines = [f"{result.node}: {headline}"]
+    if result.error:
+        lines.append(result.error)
+    for dep in result.deployments:
+        if dep.ok:
+            continue
+        where = f"{result.node}/{dep.deployment}"
+        failure = dep.failure
+        if failure is not None:
+            cls = f" [{failure.failure_class}]" if failure.failure_class else ""
+            lines.append(f"{where}: release {dep.release_id} failed in {failure.phase}{cls}: "
+                         f"{failure.message}")
+            lines += [f"  | {line}" for line in failure.evidence]
+        if dep.restore is not None:
+            state = "restored" if dep.restore.ok else "NOT restored"
+            lines.append(f"{where}: previous release {dep.restore.release_id} {state}: "
+                         f"{dep.restore.message}")
+        elif dep.previous_release is None:
+            lines.append(f"{where}: there was no previous release to restore")
+    return "\n".join(lines)
+
+
+def apply(props: Mapping[str, Any], previous: Mapping[str, Any] | None = None,
+          ) -> dict[str, Any]:
+    """Deploy the resource's deployments on its node, stop the ones it no longer has, and
+    return the output properties. Raises with :func:`failure_text` when a rollout fails."""
+    from servefleet.adapters import rollout
+
+    secrets = {str(k): str(v) for k, v in _mapping(props.get("secrets")).items()}
+    mask = SecretMask.from_mapping(secrets)
+    project = _project_for(props)
+    name = str(props["node"])
+    wanted = _deployments(props)
+    _quiet_libraries()
+    result = rollout.deploy(project, [name], "parallel", secrets,
+                            progress=progress_printer(mask))[0]
+    if not result.ok:
+        text = mask(failure_text(result))
+        gate = any(d.failure is not None and (d.failure.failure_class is not None or
+                                              d.failure.phase in ("boot", "health"))
+                   for d in result.deployments)
+        raise (HealthGateFailed if gate else ServefleetError)(text)
+    for dep in result.deployments:
+        want = wanted[dep.deployment].get("releaseId")
+        if dep.release_id != want:
+            raise ConfigError(
+                f"{name}/{dep.deployment}: the project renders release {dep.release_id} now, "
+                f"but the program rendered {want}: a file changed while pulumi ran; run "
+                "`pulumi up` again")
+    for gone in [n for n in _deployments(previous or {}) if n not in wanted]:
+        rollout.stop_deployment(project, name, gone)
+    outs = observe(project.nodes[name], wanted)
+    # A deploy never rewrites a release folder in place: files edited on the node survive
+    # it. Say so instead of reporting success over a node that still differs.
+    left = [f"{name}/{dep}: {reason}" for dep, spec in wanted.items()
+            for reason in drift_reasons(spec, outs["observed"].get(dep))
+            if not reason.startswith("drift: engine is not healthy")]
+    if left:
+        raise ServefleetError("\n".join([
+            *left, "servefleet does not overwrite a release folder that was edited on the "
+            "node: put the files back (the release's manifest.json has their sha256), or "
+            "change the profile so that a new release is rendered"]))
+    return {**_plain_inputs(props), **outs}
+
+
+# -- the provider -------------------------------------------------------------------------------
+class NodeDeploymentProvider(pulumi.dynamic.ResourceProvider):
+    """Pulumi dynamic provider of :class:`NodeDeployment` (stateless: see the module doc)."""
+
+    # The pickled provider holds nothing secret: keep it readable in the state, and let
+    # Pulumi mark it secret only if a secret was ever captured by mistake.
+    serialize_as_secret_always = False
+
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        """Deploy every deployment of the node."""
+        try:
+            outs = apply(props)
+        except ServefleetError as error:
+            # Pulumi shows the traceback: keep it to this frame and the message.
+            raise error.with_traceback(None) from None
+        return pulumi.dynamic.CreateResult(id_=str(props["node"]), outs=outs)
+
+    def diff(self, _id: str, _olds: dict[str, Any],
+             _news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
+        """Changed when a deployment's release, profile or port changes, when the node
+        drifted from what was deployed, or when the provider version changes."""
+        changes = describe_changes(_olds, _news)
+        bumped = _olds.get("providerVersion") != _news.get("providerVersion")
+        moved = _olds.get("address") != _news.get("address")
+        return pulumi.dynamic.DiffResult(changes=bool(changes or bumped or moved))
+
+    def update(self, _id: str, _olds: dict[str, Any],
+               _news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
+        """Roll the node to the new inputs (health-gated, restored on failure)."""
+        try:
+            outs = apply(_news, previous=_olds)
+        except ServefleetError as error:
+            raise error.with_traceback(None) from None
+        return pulumi.dynamic.UpdateResult(outs=outs)
+
+    def delete(self, _id: str, _props: dict[str, Any]) -> None:
+        """Stop the node's engines; their releases stay for a later rollback."""
+        from servefleet.adapters import rollout
+
+        node = _load_node(str(_props["projectDir"]), str(_props["node"]))
+        _quiet_libraries()
+        project = Project(root=Path(str(_props["projectDir"])), nodes={node.name: node},
+                          node_files={}, profiles={}, profile_files={},
+                          stack=StackConfig(stack=str(_props.get("stack") or "sim")),
+                          stack_file="")
+        for name in _deployments(_props):
+            rollout.stop_deployment(project, node.name, name)
+
+    def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
+        """What is really on the node now (``pulumi refresh``)."""
+        node = _load_node(str(props["projectDir"]), str(props["node"]))
+        _quiet_libraries()
+        outs = {**_plain_inputs(props), **observe(node, _deployments(props))}
+        return pulumi.dynamic.ReadResult(id_=id_, outs=outs)
+
+
+class NodeDeployment(pulumi.dynamic.Resource, module=RESOURCE_MODULE, name=RESOURCE_NAME):
+    """The engines of one node, rolled out by servefleet."""
+
+    endpoints: pulumi.Output[dict[str, str]]
+    """Deployment → ``http://<address>:<port>``."""
+    releaseIds: pulumi.Output[dict[str, str | None]]
+    """Deployment → release ``current`` names on the node."""
+    kvCacheTokens: pulumi.Output[dict[str, int | None]]
+    """Deployment → KV-cache pool in tokens, from the engine's boot log."""
+    cudagraphModes: pulumi.Output[dict[str, str | None]]
+    """Deployment → final CUDA-graph mode, from the engine's boot log."""
+    health: pulumi.Output[dict[str, str]]
+    """Deployment → ``healthy`` or what is wrong."""
+    observed: pulumi.Output[dict[str, Any]]
+    """Deployment → everything observed (image, file hashes, boot facts…)."""
+
+    def __init__(self, name: str, args: NodeDeploymentArgs,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(NodeDeploymentProvider(), name, args.to_props(), opts)
+
+
+def summary(changes: Sequence[DeploymentChange]) -> list[str]:
+    """Human lines for a list of changes (tests and tools print them)."""
+    return [line for change in changes for line in change.lines()]
