@@ -9,53 +9,38 @@ Two kinds of checks, each a small function that returns :class:`Check` rows:
 * **HTTP probes** run from the control machine against ``http://<node address>:<port>``:
   ``/health`` answers 200 (polled until the deadline, since the server may start listening a
   moment after the ready line), and ``/v1/models`` serves the profile's name and
-  ``max_model_len``.
+  ``max_model_len``. Each request is the health checks' own probe
+  (:mod:`servefleet.adapters.probes`); the gate adds the polling and the deadline.
 
 To add a check, write a function of the same shape and append it to :data:`BOOT_CHECKS` or
-:data:`HTTP_PROBES`; :func:`run_gate` runs them in order.
+:data:`HTTP_PROBES`; :func:`run_gate` runs them in order. A rollout then adds the rest of the
+health checks (:func:`servefleet.adapters.node_health.gate_checks`).
 """
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from servefleet.adapters import probes
+from servefleet.adapters.probes import EngineClient, HttpAnswer, Send
 from servefleet.core.bootlog.model import BootFacts, Evidence
 from servefleet.core.expectations import ExpectedHealth, derive_expectations
+from servefleet.core.health_table import CheckRow, Verdict, shown
 from servefleet.core.models import Node, Profile
 from servefleet.core.plan import flags_from_argv
 from servefleet.core.project import profile_identity
 
-Verdict = Literal["pass", "fail", "warn", "info"]
 HTTP_TIMEOUT_SECONDS = 5.0
 HEALTH_POLL_SECONDS = 0.5
 EVIDENCE_LINES = 5
 
-
-@dataclass(frozen=True)
-class Check:
-    """One row of a health report."""
-
-    fact: str
-    """What was checked (``boot outcome``, ``KV cache tokens``, ``GET /health``…)."""
-    expected: str
-    """What the profile wants, as text (``-`` when nothing is expected: shown for info)."""
-    observed: str
-    """What was found, as text (``-`` when unknown)."""
-    verdict: Verdict
-    """``pass``, ``fail``, ``warn`` or ``info`` (shown, not judged)."""
-    evidence: tuple[str, ...] = ()
-    """Log lines (``L<n>: text``) or HTTP answers that prove the observation."""
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"fact": self.fact, "expected": self.expected, "observed": self.observed,
-                "verdict": self.verdict, "evidence": list(self.evidence)}
+Check = CheckRow
+"""One row of a health report: the same row the health checks build, so a gate's rows and
+theirs go into one report."""
 
 
 @dataclass(frozen=True)
@@ -132,9 +117,8 @@ class GateSpec:
                      node: Node) -> GateSpec:
         """The gate of a release already on a node: its profile's when the project still
         has that profile unchanged, else what its engine command line says."""
-        name = manifest.get("profile")
-        profile = profiles.get(name) if isinstance(name, str) else None
-        if profile is not None and profile_identity(profile) == manifest.get("profile_identity"):
+        profile = unchanged_profile(manifest, profiles)
+        if profile is not None:
             return cls.for_profile(profile, node)
         argv = manifest.get("engine_argv")
         flags = flags_from_argv([str(a) for a in argv]) if isinstance(argv, list) else {}
@@ -147,6 +131,17 @@ class GateSpec:
                    boot_deadline_seconds=float(manifest.get("boot_deadline_seconds") or 900))
 
 
+def unchanged_profile(manifest: Mapping[str, Any],
+                      profiles: Mapping[str, Profile]) -> Profile | None:
+    """The profile a release's manifest names, when the project has it unchanged (same
+    identity); ``None`` when it is gone or was edited since."""
+    name = manifest.get("profile")
+    profile = profiles.get(name) if isinstance(name, str) else None
+    if profile is not None and profile_identity(profile) == manifest.get("profile_identity"):
+        return profile
+    return None
+
+
 # -- boot checks -----------------------------------------------------------------------------
 def _lines(facts: BootFacts, *keys: str) -> tuple[str, ...]:
     found: dict[int, Evidence] = {}
@@ -154,14 +149,6 @@ def _lines(facts: BootFacts, *keys: str) -> tuple[str, ...]:
         for item in facts.evidence.get(key, ()):
             found.setdefault(item.line, item)
     return tuple(f"L{e.line}: {e.text}" for e in list(found.values())[:EVIDENCE_LINES])
-
-
-def _shown(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return str(value)
 
 
 def check_outcome(facts: BootFacts, spec: GateSpec) -> Check:
@@ -185,12 +172,12 @@ def check_kv_pool(facts: BootFacts, spec: GateSpec) -> Check | None:
     tokens = facts.kv_cache_tokens
     evidence = _lines(facts, "kv_cache_tokens")
     if minimum is None:
-        return Check("KV cache tokens", "-", _shown(tokens), "info", evidence)
+        return Check("KV cache tokens", "-", shown(tokens), "info", evidence)
     if tokens is None:
         return Check("KV cache tokens", f">= {minimum:,}", "-", "fail",
                      ("the boot log states no KV cache size",))
     verdict: Verdict = "pass" if tokens >= minimum else "fail"
-    return Check("KV cache tokens", f">= {minimum:,}", _shown(tokens), verdict, evidence)
+    return Check("KV cache tokens", f">= {minimum:,}", shown(tokens), verdict, evidence)
 
 
 def check_cudagraph_mode(facts: BootFacts, spec: GateSpec) -> Check | None:
@@ -201,16 +188,16 @@ def check_cudagraph_mode(facts: BootFacts, spec: GateSpec) -> Check | None:
     have = facts.cudagraph_mode
     evidence = _lines(facts, "cudagraph_mode")
     if want is None:
-        return Check("CUDA graph mode", "-", _shown(have), "info", evidence)
+        return Check("CUDA graph mode", "-", shown(have), "info", evidence)
     verdict: Verdict = "pass" if have == want else "fail"
-    return Check("CUDA graph mode", want, _shown(have), verdict, evidence)
+    return Check("CUDA graph mode", want, shown(have), verdict, evidence)
 
 
 def check_context(facts: BootFacts, spec: GateSpec) -> Check | None:
     """llama.cpp: the context the server allocated (shown; judged by the HTTP probes)."""
     if spec.engine != "llama.cpp":
         return None
-    return Check("context (n_ctx)", "-", _shown(facts.n_ctx), "info", _lines(facts, "n_ctx"))
+    return Check("context (n_ctx)", "-", shown(facts.n_ctx), "info", _lines(facts, "n_ctx"))
 
 
 BootCheck = Callable[[BootFacts, GateSpec], Check | None]
@@ -226,22 +213,37 @@ HttpGet = Callable[[str, float], tuple[int, bytes]]
 
 
 def http_get(url: str, timeout: float = HTTP_TIMEOUT_SECONDS) -> tuple[int, bytes]:
-    """A plain GET (no proxies: engines sit on the operator's own network)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
+    """A plain GET (the probes' own request: no proxies, engines sit on the operator's own
+    network)."""
+    answer = probes.urlopen(urllib.request.Request(url), timeout)
+    if not answer.answered:
+        raise OSError(answer.error)
+    return answer.status, answer.body
+
+
+def send_through(http: HttpGet) -> Send:
+    """A probe :data:`~servefleet.adapters.probes.Send` whose GETs go through ``http`` (a
+    caller's own transport, which carries no headers) and whose other requests (the chat
+    probes' POSTs) go through urllib."""
+    def send(request: urllib.request.Request, timeout: float) -> HttpAnswer:
+        if request.data is not None:
+            return probes.urlopen(request, timeout)
+        try:
+            status, body = http(request.full_url, timeout)
+        except OSError as error:
+            return HttpAnswer(0, error=str(getattr(error, "reason", None) or error))
+        return HttpAnswer(status, body)
+    return send
 
 
 @dataclass
 class ProbeContext:
-    """What an HTTP probe gets: where to ask, how, and until when."""
+    """What an HTTP probe gets: whom to ask, and until when."""
 
-    base_url: str
+    client: EngineClient
+    """The engine's HTTP API."""
     spec: GateSpec
-    http: HttpGet
+    """What the gate holds the deployment to."""
     deadline: float
     """``clock()`` value after which polling stops."""
     clock: Callable[[], float] = time.monotonic
@@ -250,53 +252,16 @@ class ProbeContext:
 
 def probe_health(ctx: ProbeContext) -> list[Check]:
     """``GET /health`` answers 200, polled until the deadline."""
-    url = f"{ctx.base_url}/health"
-    last = "no answer"
     while True:
-        try:
-            status, body = ctx.http(url, HTTP_TIMEOUT_SECONDS)
-            last = f"HTTP {status}"
-            if status == 200:
-                return [Check("GET /health", "200", "200", "pass")]
-            detail = body[:200].decode("utf-8", "replace").strip()
-            if detail:
-                last += f" {detail}"
-        except OSError as error:
-            last = f"no answer ({getattr(error, 'reason', None) or error})"
-        if ctx.clock() >= ctx.deadline:
-            return [Check("GET /health", "200", last, "fail", (f"{url}: {last}",))]
+        row = probes.probe_health(ctx.client, ctx.spec.engine)
+        if row.verdict == "pass" or ctx.clock() >= ctx.deadline:
+            return [row]
         ctx.sleep(HEALTH_POLL_SECONDS)
 
 
 def probe_models(ctx: ProbeContext) -> list[Check]:
     """``GET /v1/models`` lists the served name with the profile's ``max_model_len``."""
-    url = f"{ctx.base_url}/v1/models"
-    try:
-        status, body = ctx.http(url, HTTP_TIMEOUT_SECONDS)
-    except OSError as error:
-        return [Check("GET /v1/models", "200", f"no answer ({error})", "fail", (url,))]
-    if status != 200:
-        return [Check("GET /v1/models", "200", f"HTTP {status}", "fail",
-                      (body[:300].decode("utf-8", "replace"),))]
-    try:
-        cards = json.loads(body).get("data") or []
-    except (ValueError, AttributeError):
-        return [Check("GET /v1/models", "JSON model list", "not JSON", "fail",
-                      (body[:300].decode("utf-8", "replace"),))]
-    names = [str(card.get("id")) for card in cards if isinstance(card, dict)]
-    shown = json.dumps(cards)[:300]
-    checks: list[Check] = []
-    want = ctx.spec.served_name
-    card = next((c for c in cards if isinstance(c, dict) and c.get("id") == want), None)
-    if want is not None:
-        checks.append(Check("served model name", want, ", ".join(names) or "-",
-                            "pass" if card is not None else "fail", (shown,)))
-    length = ctx.spec.max_model_len
-    if length is not None and card is not None:
-        have = card.get("max_model_len")
-        checks.append(Check("max_model_len", f"{length:,}", _shown(have),
-                            "pass" if have == length else "fail", (shown,)))
-    return checks
+    return probes.probe_models(ctx.client, ctx.spec.served_name, ctx.spec.max_model_len)
 
 
 HttpProbe = Callable[[ProbeContext], list[Check]]
@@ -312,12 +277,14 @@ def headline_facts(facts: BootFacts) -> dict[str, Any]:
 
 
 def run_gate(facts: BootFacts, base_url: str, spec: GateSpec, *, deadline: float,
-             http: HttpGet = http_get, clock: Callable[[], float] = time.monotonic,
+             client: EngineClient | None = None,
+             clock: Callable[[], float] = time.monotonic,
              sleep: Callable[[float], None] = time.sleep,
              failure_class: str | None = None,
              log_tail: tuple[str, ...] = ()) -> HealthReport:
     """Every boot check, then (if the boot was ready) every HTTP probe.
 
+    ``client`` talks to the engine at ``base_url`` (default: urllib, no API key).
     ``failure_class`` names why a log that proves no outcome stopped (``boot_deadline``,
     ``engine_exited``); ``log_tail`` is then shown as the evidence.
     """
@@ -337,8 +304,8 @@ def run_gate(facts: BootFacts, base_url: str, spec: GateSpec, *, deadline: float
         row = boot_check(facts, spec)
         if row is not None:
             checks.append(row)
-    ctx = ProbeContext(base_url=base_url, spec=spec, http=http, deadline=deadline, clock=clock,
-                       sleep=sleep)
+    ctx = ProbeContext(client=client or EngineClient(base_url), spec=spec, deadline=deadline,
+                       clock=clock, sleep=sleep)
     for probe in HTTP_PROBES:
         rows = probe(ctx)
         checks.extend(rows)

@@ -17,7 +17,9 @@ Per deployment, over the node's one SSH connection:
    deployment without a baseline (or whose profile changed) records its pool as the new one.
 
 Baselines are kept on the node, in ``<base_dir>/.servefleet-baselines.json``, written
-atomically (a temporary file renamed over it).
+atomically (a temporary file renamed over it). These checks are the file's only writer: the
+drift check reads it. A rollout's gate (:func:`gate_checks`) also records there the image
+its healthy boot ran, for the drift check's image comparison.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from servefleet.core.baselines import (
     check_smaller_than,
     parse_book,
     record,
+    record_image,
 )
 from servefleet.core.bootlog import BootFacts, BootLogParser
 from servefleet.core.errors import ConfigError, RemoteError, ServefleetError
@@ -70,14 +73,15 @@ READ_SCRIPT = (
     'c=$(docker ps -aq --latest --filter "label=' + remote.COMPOSE_PROJECT_LABEL + '=$dep") '
     '|| exit 1; '
     "[ -n \"$c\" ] || { printf '@@no-container\\n'; exit 0; }; "
+    "printf 'image=%s\\n' \"$(docker inspect --format '{{.Image}}' \"$c\" 2>/dev/null)\"; "
     "printf '@@log\\n'; exec docker logs --timestamps \"$c\" 2>&1"
 )
 
 
 def read_log_and_baselines(base_dir: str, deployment: str) -> list[str]:
     """Read-only: the node's clock (``now=<epoch>``), its baselines file (``baselines=`` +
-    base64), then ``@@log`` and the deployment's newest container's log with docker's
-    timestamps, stdout and stderr merged in order."""
+    base64), the image ID of the deployment's newest container (``image=``), then ``@@log``
+    and that container's log with docker's timestamps, stdout and stderr merged in order."""
     return ["sh", "-c", READ_SCRIPT, "sh", base_dir.rstrip("/"),
             remote.compose_project(deployment)]
 
@@ -109,12 +113,15 @@ class NodeRead:
     """Log lines, each starting with docker's RFC 3339 timestamp; empty: no container."""
     has_container: bool
     """The deployment has a container."""
+    image_id: str | None = None
+    """Image ID (``sha256:…``) of the deployment's newest container."""
 
 
 def parse_read(text: bytes) -> NodeRead:
     """Split the answer of :func:`read_log_and_baselines`."""
     head, marker, log = text.partition(b"@@log\n")
     now: float | None = None
+    image_id: str | None = None
     book, problem = BaselineBook(), None
     has_container = bool(marker)
     for raw in head.splitlines():
@@ -122,13 +129,16 @@ def parse_read(text: bytes) -> NodeRead:
         if line.startswith("now="):
             with contextlib.suppress(ValueError):
                 now = float(line[4:])
+        elif line.startswith("image=sha256:"):
+            image_id = line[6:].strip()
         elif line.startswith("baselines=") and line[10:].strip():
             try:
                 decoded = base64.b64decode(line[10:].strip(), validate=True)
             except (binascii.Error, ValueError):
                 decoded = b"not base64"
             book, problem = parse_book(decoded.decode("utf-8", "replace"))
-    return NodeRead(now, book, problem, tuple(log.splitlines(keepends=True)), has_container)
+    return NodeRead(now, book, problem, tuple(log.splitlines(keepends=True)), has_container,
+                    image_id)
 
 
 STAMP_RE = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z\s")
@@ -471,22 +481,30 @@ class DeploymentCheck:
                 self.rows.append(row)
 
     def record(self, profile: Profile, facts: BootFacts, read: NodeRead,
-               release: str | None) -> None:
+               release: str | None, *, image: bool = False) -> None:
         """Record the pool as the profile's baseline on the node when it should be: the
-        deployment is healthy (or the operator asked to re-baseline)."""
+        deployment is healthy (or the operator asked to re-baseline). With ``image`` (a
+        rollout's gate, which started the container itself) the image the release booted
+        from is recorded too. One write for both."""
         opts = self.options
         healthy = not any(r.verdict == "fail" for r in self.rows)
         if not opts.record_baselines or not (healthy or opts.rebaseline):
             return
-        book = record(read.book, profile, profile_identity(profile), facts, now=opts.now(),
+        now = opts.now()
+        pool = record(read.book, profile, profile_identity(profile), facts, now=now,
                       release_id=release, deployment=self.deployment, force=opts.rebaseline)
-        if book is None:
+        book = pool or read.book
+        if image and healthy and release and read.image_id:
+            book = record_image(book, self.deployment, release, read.image_id,
+                                now=now) or book
+        if book is read.book:
             return
         self.transport.run(write_baselines(self.node.base_dir),
                            stdin=book.to_text().encode(), what="record the KV baseline")
-        entry = book.baselines[profile.name]
-        self.rows.append(CheckRow("KV baseline", "-", f"recorded {entry.kv_pool:,.0f} "
-                                  f"{entry.unit} ({entry.recorded_at})", "info"))
+        if pool is not None:
+            entry = book.baselines[profile.name]
+            self.rows.append(CheckRow("KV baseline", "-", f"recorded {entry.kv_pool:,.0f} "
+                                      f"{entry.unit} ({entry.recorded_at})", "info"))
 
 
 def check_deployment(project: Project, node: Node, deployment: str, transport: SshTransport,
@@ -504,7 +522,8 @@ def gate_checks(transport: SshTransport, node: Node, profile: Profile, deploymen
     ``/health`` and ``/v1/models`` answered): the rest of the HTTP probes (version, chat,
     metrics, the TurboQuant long prompt, determinism when the profile asks for it) and the
     KV pool against the node's baselines. A healthy boot's pool is recorded as the
-    baseline. ``since`` is the node time (epoch seconds) the engine was started at.
+    baseline, and the image it ran as the deployment's image (what the drift check compares
+    with). ``since`` is the node time (epoch seconds) the engine was started at.
 
     Returns the rows and the failure class when the engine died during the probes.
     """
@@ -515,7 +534,7 @@ def gate_checks(transport: SshTransport, node: Node, profile: Profile, deploymen
     checker.baseline_rows(profile, facts, read,
                           derive_expectations(profile, node).kv_smaller_than)
     if probes_ok:
-        checker.record(profile, facts, read, release_id)
+        checker.record(profile, facts, read, release_id, image=True)
     mask = transport.mask
     rows = [CheckRow(r.fact, mask(r.expected), mask(r.observed), r.verdict,
                      tuple(mask(e) for e in r.evidence)) for r in checker.rows]

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet.core.determinism import judge_determinism
-from servefleet.core.health_table import CheckRow, Verdict
+from servefleet.core.health_table import CheckRow, Verdict, shown
 from servefleet.core.metrics import MetricsError, parse_llamacpp_metrics, parse_vllm_metrics
 from servefleet.core.models import Profile
 from servefleet.core.models.profile import version_tuple
@@ -92,7 +92,8 @@ class HttpAnswer:
 Send = Callable[[urllib.request.Request, float], HttpAnswer]
 
 
-def _urlopen(request: urllib.request.Request, timeout: float) -> HttpAnswer:
+def urlopen(request: urllib.request.Request, timeout: float) -> HttpAnswer:
+    """Send ``request``; every outcome is an answer (status 0 when nothing answered)."""
     # No proxies: engines sit on the operator's own network.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
@@ -116,7 +117,7 @@ class EngineClient:
     """Sent as ``Authorization: Bearer`` when set; never shown."""
     timeout: float = GET_TIMEOUT_SECONDS
     """Timeout of a GET."""
-    send: Send = _urlopen
+    send: Send = urlopen
     """How a request is sent (a test may record them)."""
 
     def _request(self, path: str, data: bytes | None = None) -> urllib.request.Request:
@@ -160,14 +161,6 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _shown(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return str(value)
-
-
 # -- shared probes ---------------------------------------------------------------------------
 def probe_health(client: EngineClient, engine: str) -> CheckRow:
     """``GET /health`` answers 200 (llama.cpp: ``{"status":"ok"}``)."""
@@ -183,9 +176,11 @@ def probe_health(client: EngineClient, engine: str) -> CheckRow:
     return _row("GET /health", "200", observed, "fail", f"{url}: {answer.shown()}")
 
 
-def probe_models(client: EngineClient, served_name: str,
+def probe_models(client: EngineClient, served_name: str | None,
                  max_model_len: int | None) -> list[CheckRow]:
-    """``GET /v1/models`` lists the served name (and vLLM's ``max_model_len``)."""
+    """``GET /v1/models`` lists the served name (and vLLM's ``max_model_len``); with no
+    ``served_name`` (a release known only by its manifest) the list is only required to be
+    one."""
     answer = client.get("/v1/models")
     if answer.status != 200:
         return [_row("GET /v1/models", "200", answer.shown(), "fail", answer.shown())]
@@ -194,16 +189,18 @@ def probe_models(client: EngineClient, served_name: str,
     except (ValueError, AttributeError):
         return [_row("GET /v1/models", "a JSON model list", "not JSON", "fail", answer.shown())]
     cards = [c for c in cards if isinstance(c, dict)]
+    if served_name is None:
+        return []
     names = [str(c.get("id")) for c in cards]
-    shown = json.dumps([{k: c.get(k) for k in ("id", "max_model_len") if k in c}
-                        for c in cards])[:300]
+    listed = json.dumps([{k: c.get(k) for k in ("id", "max_model_len") if k in c}
+                         for c in cards])[:300]
     card = next((c for c in cards if c.get("id") == served_name), None)
     rows = [_row("served model name", served_name, ", ".join(names) or "-",
-                 "pass" if card is not None else "fail", shown)]
+                 "pass" if card is not None else "fail", listed)]
     if max_model_len is not None and card is not None:
         have = card.get("max_model_len")
-        rows.append(_row("max_model_len", f"{max_model_len:,}", _shown(have),
-                         "pass" if have == max_model_len else "fail", shown))
+        rows.append(_row("max_model_len", f"{max_model_len:,}", shown(have),
+                         "pass" if have == max_model_len else "fail", listed))
     return rows
 
 
@@ -326,7 +323,7 @@ def probe_vllm_metrics(client: EngineClient, profile: Profile) -> list[CheckRow]
     usage = "-" if metrics.kv_cache_usage is None else f"{metrics.kv_cache_usage:.1%}"
     rows.append(_row("KV cache usage", "-", usage, "info"))
     rows.append(_row("requests running / waiting", "-",
-                     f"{_shown(metrics.requests_running)} / {_shown(metrics.requests_waiting)}",
+                     f"{shown(metrics.requests_running)} / {shown(metrics.requests_waiting)}",
                      "info"))
     if metrics.kv_capacity_tokens is not None:
         rows.append(_row("KV blocks (cache_config_info)", "-",
@@ -415,11 +412,11 @@ def probe_props(client: EngineClient, profile: Profile) -> tuple[list[CheckRow],
     rows: list[CheckRow] = []
     slots = _int(props.get("total_slots"))
     if settings.parallel is not None:
-        rows.append(_row("slots (total_slots)", str(settings.parallel), _shown(slots),
+        rows.append(_row("slots (total_slots)", str(settings.parallel), shown(slots),
                          "pass" if slots == settings.parallel else "fail",
-                         f"/props total_slots={_shown(slots)}"))
+                         f"/props total_slots={shown(slots)}"))
     else:
-        rows.append(_row("slots (total_slots)", "-", _shown(slots), "info"))
+        rows.append(_row("slots (total_slots)", "-", shown(slots), "info"))
     defaults = props.get("default_generation_settings")
     n_ctx = _int(defaults.get("n_ctx")) if isinstance(defaults, dict) else None
     if settings.ctx_size:
@@ -427,11 +424,11 @@ def probe_props(client: EngineClient, profile: Profile) -> tuple[list[CheckRow],
         parallel = settings.parallel or slots or 1
         allowed = sorted({settings.ctx_size, settings.ctx_size // parallel})
         expected = " or ".join(f"{v:,}" for v in allowed)
-        rows.append(_row("context per slot (n_ctx)", expected, _shown(n_ctx),
+        rows.append(_row("context per slot (n_ctx)", expected, shown(n_ctx),
                          "pass" if n_ctx in allowed else "fail",
-                         f"/props default_generation_settings.n_ctx={_shown(n_ctx)}"))
+                         f"/props default_generation_settings.n_ctx={shown(n_ctx)}"))
     else:
-        rows.append(_row("context per slot (n_ctx)", "-", _shown(n_ctx), "info"))
+        rows.append(_row("context per slot (n_ctx)", "-", shown(n_ctx), "info"))
     build = str(props.get("build_info") or "")
     match = BUILD_RE.match(build)
     want = version_tuple(profile.engine_version)
@@ -483,7 +480,7 @@ def probe_llamacpp_metrics(client: EngineClient, profile: Profile) -> list[Check
     if not metrics.names:
         return [_row("GET /metrics", "llamacpp:* metrics", "none", "fail", answer.shown())]
     rows = [_row("requests processing / deferred", "-",
-                 f"{_shown(metrics.requests_processing)} / {_shown(metrics.requests_deferred)}",
+                 f"{shown(metrics.requests_processing)} / {shown(metrics.requests_deferred)}",
                  "info")]
     if metrics.kv_cache_usage is not None:
         # Only older builds export it (serving.md D.3): shown when present.

@@ -11,7 +11,11 @@ Per node, over one connection:
 4. **stop** the old engine: one deployment is one compose project on one port, so the old
    and new engines can never run side by side (and a GPU rarely holds two);
 5. check **GPU memory** through the NVML probe when the node has one, **up -d**, **follow
-   the boot log** as it streams, run the **health gate** before the profile's deadline;
+   the boot log** as it streams, run the **health gate** before the profile's deadline
+   (boot-log checks, ``/health`` and ``/v1/models``), then the rest of the **health
+   checks** (:func:`servefleet.adapters.node_health.gate_checks`: ``/version``, a chat
+   completion, ``/metrics``, the TurboQuant long prompt, determinism when the profile asks
+   for it, the KV pool against the node's baseline, which a healthy boot records);
 6. **switch** ``current``, **prune** old releases, append the **audit** line (one command).
 
 Any failure once the old engine was stopped restores the previous release (``up -d`` of its
@@ -25,6 +29,7 @@ The remote layout is described in :mod:`servefleet.adapters.remote`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,8 +47,12 @@ from servefleet.adapters.health_gate import (
     HttpGet,
     http_get,
     run_gate,
+    send_through,
+    unchanged_profile,
 )
 from servefleet.adapters.lock import NodeLock, lock_owner, whoami
+from servefleet.adapters.node_health import HealthOptions, api_key_for, gate_checks
+from servefleet.adapters.probes import EngineClient
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bootlog.lines import clean_line
 from servefleet.core.errors import ConfigError, RemoteError, ServefleetError
@@ -256,12 +265,23 @@ class Target:
     """Whether the release builds an overlay image."""
     gate: GateSpec
     """What its health gate checks."""
+    profile: Profile | None = None
+    """Its profile, for the health checks beyond the gate's own; ``None`` for a release
+    whose profile the project no longer has unchanged (only the gate's checks run)."""
     utilization: float | None = None
     """``--gpu-memory-utilization`` for the GPU memory check (vLLM only)."""
     rendered: RenderedRelease | None = None
     """The rendered files, when they may need uploading."""
     deployment_model: Deployment | None = None
     """The stack's deployment, for the manifest."""
+
+
+def _epoch(text: str) -> float | None:
+    """The node time ``up`` printed (epoch seconds), if it is one."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _utilization(profile: Profile) -> float | None:
@@ -278,13 +298,17 @@ class NodeRollout:
     def __init__(self, project: Project, node: Node, transport: SshTransport, *,
                  clock: Clock | None = None, progress: Progress | None = None,
                  http: HttpGet = http_get, force_unlock: bool = False,
-                 keep_releases: int | None = None) -> None:
+                 keep_releases: int | None = None,
+                 secrets: Mapping[str, str] | None = None) -> None:
         self.project = project
         self.node = node
         self.transport = transport
         self.clock = clock or Clock()
         self.progress = progress
-        self.http = http
+        # The default sends every probe through urllib with the profile's API key; a
+        # caller's own GET carries no headers.
+        self.send = None if http is http_get else send_through(http)
+        self.secrets = dict(secrets or {})
         self.force_unlock = force_unlock
         self.keep = keep_releases or project.stack.keep_releases
         self.started = self.clock.monotonic()
@@ -382,8 +406,8 @@ class NodeRollout:
             deployment=rendered.deployment, release_id=rendered.release_id,
             port=rendered.port, engine=rendered.engine,
             compose_files=tuple(rendered.compose_files), builds_image=rendered.builds_image,
-            gate=GateSpec.for_profile(profile, self.node), utilization=_utilization(profile),
-            rendered=rendered, deployment_model=deployment)
+            gate=GateSpec.for_profile(profile, self.node), profile=profile,
+            utilization=_utilization(profile), rendered=rendered, deployment_model=deployment)
 
     def target_from_manifest(self, deployment: str, release_id: str,
                              manifest: Mapping[str, Any]) -> Target:
@@ -397,6 +421,7 @@ class NodeRollout:
             engine=str(manifest.get("engine") or gate.engine),
             compose_files=tuple(files) if isinstance(files, list) else ("compose.yaml",),
             builds_image=bool(manifest.get("builds_image")), gate=gate,
+            profile=unchanged_profile(manifest, self.project.profiles),
             utilization=_utilization(profile) if profile is not None else None)
 
     # -- one deployment -------------------------------------------------------------------
@@ -504,7 +529,8 @@ class NodeRollout:
             raise StepFailed("gpu", f"{self.node.name}: {problem}")
 
     def boot(self, result: DeploymentResult, target: Target) -> HealthReport:
-        """``up -d``, follow the boot log, run the health gate; return its report."""
+        """``up -d``, follow the boot log, run the health gate and, when it passed, the rest
+        of the health checks; return the report of both."""
         deadline = self.clock.monotonic() + target.gate.boot_deadline_seconds
         with self.phase(result, "up"):
             done = self.transport.run(
@@ -519,10 +545,25 @@ class NodeRollout:
                 on_line=lambda line: self.emit("boot", target.deployment,
                                                clean_line(line, 0).msg[:160]))
         with self.phase(result, "health"):
-            return run_gate(booted.facts, f"http://{self.node.address}:{target.port}",
-                            target.gate, deadline=deadline, http=self.http,
-                            clock=self.clock.monotonic, sleep=self.clock.sleep,
-                            failure_class=booted.failure_class, log_tail=booted.tail)
+            url = f"http://{self.node.address}:{target.port}"
+            api_key = api_key_for(target.profile, self.secrets) if target.profile else None
+            client = EngineClient(url, api_key=api_key)
+            if self.send is not None:
+                client.send = self.send
+            report = run_gate(booted.facts, url, target.gate, deadline=deadline,
+                              client=client, clock=self.clock.monotonic,
+                              sleep=self.clock.sleep, failure_class=booted.failure_class,
+                              log_tail=booted.tail)
+            if not report.ok or target.profile is None:
+                return report
+            rows, failure_class = gate_checks(
+                self.transport, self.node, target.profile, target.deployment,
+                release_id=target.release_id, facts=booted.facts, base_url=url,
+                since=_epoch(since), options=HealthOptions(
+                    secrets=self.secrets, now=self.clock.now, clock=self.clock.monotonic,
+                    sleep=self.clock.sleep, http_send=self.send))
+            return dataclasses.replace(report, checks=(*report.checks, *rows),
+                                       failure_class=report.failure_class or failure_class)
 
     def recover(self, result: DeploymentResult, target: Target, operation: str, touched: bool,
                 started: bool, previous: str | None,
@@ -703,7 +744,7 @@ def deploy(project: Project, nodes: Sequence[str] | None = None,
         try:
             with transport_factory(node, mask) as transport:
                 rollout = NodeRollout(project, node, transport, clock=clock, progress=progress,
-                                      http=http, force_unlock=force_unlock)
+                                      http=http, force_unlock=force_unlock, secrets=secrets)
                 result = rollout.deploy(grouped[name], {
                     r.deployment: deployments[r.key] for r in grouped[name]})
         except ServefleetError as error:

@@ -111,11 +111,9 @@ def notify(command: str, report: DriftReport) -> str | None:
 @click.option("--notify", "notify_cmd", metavar="CMD",
               help="On drift or error, run CMD (no shell) with the JSON report on stdin.")
 @click.option("--no-probe", is_flag=True, help="Skip the GPU probe (driver, CUDA, GPUs).")
-@click.option("--no-record-baselines", is_flag=True,
-              help="Do not record first-seen KV-pool and image baselines on the nodes.")
 @click.pass_obj
 def drift_command(ctx: CliContext, nodes: tuple[str, ...], as_json: bool, timeout: float,
-                  notify_cmd: str | None, no_probe: bool, no_record_baselines: bool) -> None:
+                  notify_cmd: str | None, no_probe: bool) -> None:
     """Compare every node (or NODES) with git: releases and their files, the engine
     container (state, command, env, labels, image digest, patch set), driver and GPUs, the
     engine version, and the latest boot's KV pool and CUDA-graph mode.
@@ -131,8 +129,7 @@ def drift_command(ctx: CliContext, nodes: tuple[str, ...], as_json: bool, timeou
         project = load_project(ctx.project_dir, ctx.stack)
         report = check_fleet(project, list(nodes) or None,
                              secrets=secrets_from_environment(project),
-                             options=CollectOptions(timeout=timeout, probe=not no_probe),
-                             record_baselines=not no_record_baselines)
+                             options=CollectOptions(timeout=timeout, probe=not no_probe))
     except ConfigError as error:
         report = build_report({}, stack=ctx.stack, checked_at=started, errors=error.problems)
     if as_json:

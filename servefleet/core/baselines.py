@@ -24,6 +24,12 @@ vLLM's pool is in tokens (``GPU KV cache size``); llama.cpp's is the KV buffer i
 With speculative decoding the pool is expected *smaller* than the same profile without it
 (:attr:`ExpectedHealth.kv_smaller_than` names that profile's identity); when the node holds
 a baseline of that profile, the two are compared.
+
+The same file keeps, per deployment, the image ID its current release booted from
+(:class:`ImageRecord`): the rollout's health gate writes it after every healthy boot, and
+the drift check compares the running container with it (a tag that moved under a
+re-created container). The health checks are the only writer of this file; the drift check
+only reads it.
 """
 
 from __future__ import annotations
@@ -72,6 +78,19 @@ class Baseline(BaseModel):
     """Deployment that booted with this pool."""
 
 
+class ImageRecord(BaseModel):
+    """The image a deployment's release booted from when its health gate passed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    release_id: str
+    """Release that booted."""
+    image_id: str
+    """Image ID (``sha256:…``) its container ran."""
+    recorded_at: str
+    """When the gate passed (ISO 8601, UTC)."""
+
+
 class BaselineBook(BaseModel):
     """Every baseline of one node: the content of :data:`BASELINE_FILE`."""
 
@@ -81,6 +100,9 @@ class BaselineBook(BaseModel):
     """File format version."""
     baselines: dict[str, Baseline] = Field(default_factory=dict)
     """Baselines by profile name."""
+    images: dict[str, ImageRecord] = Field(default_factory=dict)
+    """The image of each deployment's last release that passed its health gate, by
+    deployment name."""
 
     def by_identity(self, identity: str) -> Baseline | None:
         """The baseline measured with profile identity ``identity``, if any."""
@@ -97,10 +119,24 @@ def parse_book(text: str) -> tuple[BaselineBook, str | None]:
     if not text.strip():
         return BaselineBook(), None
     try:
-        return BaselineBook.model_validate(json.loads(text)), None
-    except (ValueError, ValidationError) as error:
-        first = str(error).splitlines()[0]
-        return BaselineBook(), f"{BASELINE_FILE} is unreadable ({first}); starting afresh"
+        return book_from_json(json.loads(text))
+    except ValueError as error:
+        return BaselineBook(), _unreadable(error)
+
+
+def book_from_json(data: Any) -> tuple[BaselineBook, str | None]:
+    """The book in already decoded JSON (``None``: no file), as :func:`parse_book`."""
+    if data is None:
+        return BaselineBook(), None
+    try:
+        return BaselineBook.model_validate(data), None
+    except ValidationError as error:
+        return BaselineBook(), _unreadable(error)
+
+
+def _unreadable(error: Exception) -> str:
+    first = str(error).splitlines()[0]
+    return f"{BASELINE_FILE} is unreadable ({first}); starting afresh"
 
 
 def kv_pool(facts: BootFacts) -> tuple[float, str] | None:
@@ -119,8 +155,9 @@ def _amount(value: float, unit: str) -> str:
     return f"{_number(value, unit)} {unit}"
 
 
-def _change(now: float, before: float) -> float:
-    return (now - before) / before
+def relative_change(now: float, before: float) -> float:
+    """``now`` against ``before`` as a fraction (``-0.3``: 30% smaller)."""
+    return (now - before) / before if before else float("inf")
 
 
 def _day(stamp: str) -> str:
@@ -159,7 +196,7 @@ def check_against_baseline(profile: Profile, identity: str, facts: BootFacts,
     if baseline is None or baseline.unit != unit:
         return CheckRow(fact, "-", f"{_amount(value, unit)} (no baseline on this node yet)",
                         "info", evidence)
-    change = _change(value, baseline.kv_pool)
+    change = relative_change(value, baseline.kv_pool)
     expected = (f"{_amount(baseline.kv_pool, unit)} ±{tolerance:.0%} "
                 f"(baseline of {_day(baseline.recorded_at)})")
     if abs(change) <= tolerance:
@@ -189,7 +226,7 @@ def check_smaller_than(kv_smaller_than: str | None, facts: BootFacts,
     if measured is None or other is None or other.unit != measured[1]:
         return None
     value, unit = measured
-    change = _change(value, other.kv_pool)
+    change = relative_change(value, other.kv_pool)
     expected = (f"< {_amount(other.kv_pool, unit)} ({other.profile} on this node, "
                 f"{_day(other.recorded_at)})")
     verdict: Verdict = "pass" if value < other.kv_pool else "fail"
@@ -221,6 +258,19 @@ def record(book: BaselineBook, profile: Profile, identity: str, facts: BootFacts
                      deployment=deployment)
     baselines: Mapping[str, Baseline] = {**book.baselines, profile.name: entry}
     return book.model_copy(update={"baselines": dict(sorted(baselines.items()))})
+
+
+def record_image(book: BaselineBook, deployment: str, release_id: str, image_id: str, *,
+                 now: datetime) -> BaselineBook | None:
+    """The book with ``image_id`` as the image of ``deployment``'s release ``release_id``, or
+    ``None`` when it says so already."""
+    current = book.images.get(deployment)
+    if current is not None and (current.release_id, current.image_id) == (release_id, image_id):
+        return None
+    entry = ImageRecord(release_id=release_id, image_id=image_id,
+                        recorded_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    images = {**book.images, deployment: entry}
+    return book.model_copy(update={"images": dict(sorted(images.items()))})
 
 
 def book_json(book: BaselineBook) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, JsonValue
 
+from servefleet.core.baselines import BASELINE_FILE, Baseline, relative_change
 from servefleet.core.gpu import ExpectedGpuFacts, GpuProbeResult, compare_with_inventory
 from servefleet.core.models.common import StrictModel
 from servefleet.core.models.profile import version_tuple
@@ -121,7 +122,8 @@ class ImageExpectation(StrictModel):
     node pulled it from a registry (a locally built image has none)."""
     image_id: str | None = None
     """Image ID (``sha256:…``) the deployment started with, when the node recorded one
-    (manifest or baseline); the strongest check, also for locally built images."""
+    (manifest, or the image the rollout's health gate recorded for the current release);
+    the strongest check, also for locally built images."""
 
 
 class DesiredDeployment(StrictModel):
@@ -159,10 +161,9 @@ class DesiredDeployment(StrictModel):
     """``vllm`` or ``llama.cpp``."""
     engine_version: str
     """Version the profile pins."""
-    kv_baseline_tokens: int | None = None
-    """KV pool of a healthy boot of this node + profile; ``None`` skips the check."""
-    kv_baseline_source: str | None = None
-    """Where the baseline came from (file on the node), for the message."""
+    kv_baseline: Baseline | None = None
+    """The node's KV-pool baseline of this profile as git has it (the health checks record
+    it after a healthy boot); ``None`` skips the check."""
     kv_tolerance: float = 0.05
     """Relative change of the KV pool that is flagged (profile ``health.kv_tolerance``)."""
     cudagraph_mode: str | None = None
@@ -249,7 +250,9 @@ class BootSummary(StrictModel):
     outcome: str | None = None
     """``ready``, ``failed`` or ``incomplete``."""
     kv_cache_tokens: int | None = None
-    """KV pool in tokens."""
+    """KV pool in tokens (vLLM)."""
+    kv_cache_mib: float | None = None
+    """KV buffer in MiB (llama.cpp)."""
     cudagraph_mode: str | None = None
     """Final CUDA-graph mode."""
 
@@ -280,9 +283,6 @@ class ObservedDeploymentState(StrictModel):
     """What the engine's HTTP API says its version is."""
     engine_version_error: str | None = None
     """Why the version could not be asked."""
-    baselines: dict[str, Any] = Field(default_factory=dict)
-    """Baseline files of the deployment folder (relative path → JSON content; ``None``
-    when absent), read for the desired side's KV and image baselines."""
 
 
 class NodeObservation(StrictModel):
@@ -298,6 +298,9 @@ class NodeObservation(StrictModel):
     """Why the GPU probe gave no reading."""
     deployments: dict[str, ObservedDeploymentState] = Field(default_factory=dict)
     """Deployments read, by name."""
+    baselines: dict[str, Any] = Field(default_factory=dict)
+    """Baselines files of the node's base directory (name → JSON content; ``None`` when
+    absent), read for the desired side's KV-pool and image baselines."""
     errors: tuple[str, ...] = ()
     """Other facts that could not be read."""
 
@@ -567,6 +570,27 @@ def _compare_patch_set(want: DesiredDeployment, container: ObservedContainerStat
     items.add(DriftKind.PATCH_SET, want_hash, have_hash, message, "patches.json")
 
 
+def _pool(value: float, unit: str) -> int | float:
+    return round(value) if unit == "tokens" else value
+
+
+def _compare_kv_pool(want: DesiredDeployment, boot: BootSummary, items: _Items) -> None:
+    baseline = want.kv_baseline
+    if baseline is None:
+        return
+    now = boot.kv_cache_tokens if baseline.unit == "tokens" else boot.kv_cache_mib
+    if now is None:
+        return
+    change = relative_change(now, baseline.kv_pool)
+    if abs(change) <= want.kv_tolerance:
+        return
+    unit, base = baseline.unit, _pool(baseline.kv_pool, baseline.unit)
+    items.add(DriftKind.KV_POOL, base, _pool(now, unit),
+              f"the latest boot's KV pool is {_pool(now, unit):,} {unit}, the baseline "
+              f"({BASELINE_FILE}, recorded {baseline.recorded_at}) is {base:,} "
+              f"({change:+.1%}, tolerance ±{want.kv_tolerance:.0%})")
+
+
 def _compare_engine(want: DesiredDeployment, have: ObservedDeploymentState,
                     items: _Items) -> None:
     if have.engine_version is not None:
@@ -580,14 +604,7 @@ def _compare_engine(want: DesiredDeployment, have: ObservedDeploymentState,
     boot = have.boot
     if boot is None:
         return
-    if want.kv_baseline_tokens is not None and boot.kv_cache_tokens is not None:
-        base, now = want.kv_baseline_tokens, boot.kv_cache_tokens
-        change = (now - base) / base if base else float("inf")
-        if abs(change) > want.kv_tolerance:
-            source = f" ({want.kv_baseline_source})" if want.kv_baseline_source else ""
-            items.add(DriftKind.KV_POOL, base, now,
-                      f"the latest boot's KV pool is {now:,} tokens, the baseline{source} "
-                      f"is {base:,} ({change:+.1%}, tolerance ±{want.kv_tolerance:.0%})")
+    _compare_kv_pool(want, boot, items)
     if want.cudagraph_mode is not None and boot.cudagraph_mode is not None and \
             boot.cudagraph_mode.upper() != want.cudagraph_mode.upper():
         items.add(DriftKind.CUDAGRAPH_MODE, want.cudagraph_mode, boot.cudagraph_mode,
@@ -868,8 +885,7 @@ def desired_deployment(
     engine_version: str,
     kv_tolerance: float,
     cudagraph_mode: str | None = None,
-    kv_baseline_tokens: int | None = None,
-    kv_baseline_source: str | None = None,
+    kv_baseline: Baseline | None = None,
     image_id: str | None = None,
 ) -> DesiredDeployment:
     """The desired state of one deployment from its rendered release files.
@@ -897,6 +913,5 @@ def desired_deployment(
                                image_id=image_id),
         patch_marker_sha256=hashlib.sha256(marker).hexdigest() if marker is not None else None,
         engine=engine, engine_version=engine_version,
-        kv_baseline_tokens=kv_baseline_tokens, kv_baseline_source=kv_baseline_source,
-        kv_tolerance=kv_tolerance, cudagraph_mode=cudagraph_mode,
+        kv_baseline=kv_baseline, kv_tolerance=kv_tolerance, cudagraph_mode=cudagraph_mode,
     )

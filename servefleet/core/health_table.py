@@ -60,6 +60,15 @@ class CheckRow:
         return row_json(self)
 
 
+def shown(value: object) -> str:
+    """A value as a table cell: ``-`` for unknown, integers with thousands separators."""
+    if value is None:
+        return "-"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
 def row_json(row: HealthRow) -> dict[str, Any]:
     """JSON-ready form of any row."""
     return {"fact": row.fact, "expected": row.expected, "observed": row.observed,

@@ -341,44 +341,61 @@ def test_a_hung_docker_is_cut_off_and_the_rest_reported(fleet_nodes: dict[str, N
     assert observation.deployments["never-deployed"].present is False  # read before
 
 
-def test_baselines_are_recorded_only_from_a_healthy_clean_deployment(
-        release: RenderedRelease) -> None:
-    from servefleet.adapters.drift_collect.check import _baseline_update
-    from servefleet.core.drift import (
-        BootSummary,
-        DriftItem,
-        DriftKind,
-        ObservedContainerState,
-        ObservedDeploymentState,
-        desired_deployment,
+def test_the_health_checks_baselines_are_read_and_compared(tmp_path: Path,
+                                                          release: RenderedRelease) -> None:
+    from datetime import UTC, datetime
+
+    from servefleet.adapters.drift_collect import check
+    from servefleet.core.baselines import (
+        BASELINE_FILE,
+        BaselineBook,
+        parse_book,
+        record,
+        record_image,
     )
+    from servefleet.core.bootlog import parse_text
+    from servefleet.core.drift import DriftKind
 
-    want = desired_deployment(
-        node=release.node, deployment="main", profile=release.profile,
-        profile_identity=release.profile_identity, release_id=release.release_id,
-        files=release.files, file_hashes=release.file_hashes,
-        compose_files=release.compose_files, secret_names=release.secret_names,
-        secrets=None, engine="vllm", engine_version="0.21.0", kv_tolerance=0.05)
-    state = ObservedDeploymentState(
-        deployment="main", current_release=release.release_id,
-        container=ObservedContainerState(id="c", name="main-engine-1", status="running",
-                                         image_id="sha256:" + "1" * 64),
-        boot=BootSummary(outcome="ready", kv_cache_tokens=360_448,
-                         cudagraph_mode="FULL_AND_PIECEWISE"))
-    doc = _baseline_update(want, state, [], "2026-11-22T03:15:00+00:00")
-    assert doc is not None
-    assert doc["profiles"][release.profile_identity]["kv_cache_tokens"] == 360_448
-    assert doc["releases"][release.release_id]["image_id"] == "sha256:" + "1" * 64
+    project = load_project(REPO_ROOT, "reference")
+    deployment = next(d for d in project.deployments() if d.key == "dgx-spark-1/main")
+    profile = project.profiles[release.profile]
+    image_id = "sha256:" + "1" * 64
+    # The book as the rollout's gate leaves it after a healthy boot of the release.
+    facts = parse_text("(EngineCore pid=1) INFO 11-21 10:00:02 [kv_cache_utils.py:1] GPU KV "
+                       "cache size: 360,448 tokens\n")
+    when = datetime(2026, 11, 21, tzinfo=UTC)
+    book = record(BaselineBook(), profile, release.profile_identity, facts, now=when,
+                  release_id=release.release_id, deployment="main")
+    assert book is not None
+    book = record_image(book, "main", release.release_id, image_id, now=when)
+    assert book is not None
+    write_release(tmp_path, release)
+    (tmp_path / BASELINE_FILE).write_text(book.to_text())
+    queries = [DeploymentQuery(name="main")]
+    request = build_request(str(tmp_path), queries,
+                            CollectOptions(docker=("servefleet-test-no-such-docker",)))
+    answer = run_collector(request)
+    observation = observation_from_answer("dgx-spark-1", json.dumps(answer), queries)
+    assert parse_book(json.dumps(observation.baselines[BASELINE_FILE])) == (book, None)
+    assert (tmp_path / BASELINE_FILE).read_text() == book.to_text()  # read, never written
 
-    # Not from a deployment that drifted, restarted, or did not boot.
-    item = DriftItem(node=release.node, deployment="main", kind=DriftKind.ENV, message="x")
-    assert _baseline_update(want, state, [item], "t") is None
-    restarted = state.container.model_copy(update={"restart_count": 1})  # type: ignore[union-attr]
-    assert _baseline_update(want, state.model_copy(update={"container": restarted}), [],
-                            "t") is None
-    failed = state.model_copy(update={"boot": BootSummary(outcome="failed")})
-    assert _baseline_update(want, failed, [], "t") is None
-    # Never over an existing baseline: it stays what the first healthy boot had.
-    image = want.image.model_copy(update={"image_id": "sha256:" + "1" * 64})
-    recorded = want.model_copy(update={"kv_baseline_tokens": 360_448, "image": image})
-    assert _baseline_update(recorded, state, [], "t") is None
+    planned = check._plan(project, deployment, {"HF_TOKEN": SECRET})
+    state = observation.deployments["main"]
+    want = check._desired(project, planned, state, book, {"HF_TOKEN": SECRET})
+    assert want is not None and want.kv_baseline == book.baselines[release.profile]
+    assert want.image.image_id == image_id
+    # A baseline of another version of the profile, or an image recorded for another
+    # release, is not this deployment's.
+    other = book.model_copy(update={"baselines": {release.profile: book.baselines[
+        release.profile].model_copy(update={"profile_identity": "another"})}})
+    assert check._desired(project, planned, state, other, None).kv_baseline is None  # type: ignore[union-attr]
+    moved = record_image(book, "main", "another-release", image_id, now=when)
+    assert moved is not None
+    assert check._desired(project, planned, state, moved, None).image.image_id is None  # type: ignore[union-attr]
+
+    # A file that is not a book: reported, and nothing is compared with it.
+    broken = observation.model_copy(update={"baselines": {BASELINE_FILE: {"baselines": 1}}})
+    items = check._node_items(project, "dgx-spark-1", [planned], broken, {"HF_TOKEN": SECRET},
+                              CollectOptions(probe=False))
+    [error] = [i for i in items if i.subject == BASELINE_FILE]
+    assert error.kind is DriftKind.ERROR and "is unreadable" in error.message

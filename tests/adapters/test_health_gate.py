@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from servefleet.adapters.health_gate import GateSpec, HealthReport, run_gate
+from servefleet.adapters.health_gate import (
+    GateSpec,
+    HealthReport,
+    http_get,
+    run_gate,
+    send_through,
+)
+from servefleet.adapters.probes import EngineClient
 from servefleet.core.bootlog import BootFacts, parse_text
 from servefleet.core.project import load_nodes, load_profiles
 
@@ -90,7 +97,8 @@ def spec_for(profile: str) -> GateSpec:
     return GateSpec.for_profile(profiles[profile], nodes["dgx-spark-1"])
 
 
-def gate(facts: BootFacts, url: str, spec: GateSpec, deadline: float = 5.0) -> HealthReport:
+def gate(facts: BootFacts, url: str, spec: GateSpec, deadline: float = 5.0,
+         client: EngineClient | None = None) -> HealthReport:
     now = [0.0]
 
     def clock() -> float:
@@ -99,7 +107,8 @@ def gate(facts: BootFacts, url: str, spec: GateSpec, deadline: float = 5.0) -> H
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    return run_gate(facts, url, spec, deadline=deadline, clock=clock, sleep=sleep)
+    return run_gate(facts, url, spec, deadline=deadline, clock=clock, sleep=sleep,
+                    client=client)
 
 
 def rows(report: HealthReport) -> dict[str, tuple[str, str, str]]:
@@ -161,7 +170,9 @@ def test_health_is_polled_until_it_answers(engine: Any) -> None:
 def test_health_that_never_answers_fails_at_the_deadline(engine: Any) -> None:
     engine.answers["/health"] = [(503, b'{"error": "EngineDeadError"}')]
     report = gate(parse_text(vllm_log()), engine.url, spec_for("qwen36-fp8"), deadline=2.0)
-    assert rows(report)["GET /health"] == ("200", 'HTTP 503 {"error": "EngineDeadError"}', "fail")
+    assert rows(report)["GET /health"] == (
+        "200", 'HTTP 503 {"error": "EngineDeadError"} (vLLM answers 503 once its engine core is '
+        "dead)", "fail")
     assert "served model name" not in rows(report)
 
 
@@ -186,3 +197,25 @@ def test_gate_of_a_release_known_only_by_its_manifest() -> None:
         "m", "--served-model-name", "old", "--max-model-len", "4096"]}
     spec = GateSpec.for_manifest(manifest, profiles, nodes["dgx-spark-1"])
     assert (spec.served_name, spec.max_model_len, spec.expected) == ("old", 4096, None)
+
+
+def test_a_callers_own_get_serves_the_probes(engine: Any) -> None:
+    asked: list[str] = []
+
+    def get(url: str, timeout: float) -> tuple[int, bytes]:
+        asked.append(url)
+        return http_get(url, timeout)
+
+    client = EngineClient(engine.url, send=send_through(get))
+    report = gate(parse_text(vllm_log()), engine.url, spec_for("qwen36-fp8"), client=client)
+    assert report.ok, report.summary()
+    assert asked == [f"{engine.url}/health", f"{engine.url}/v1/models"]
+
+
+def test_a_manifest_gate_without_a_name_only_needs_a_model_list(engine: Any) -> None:
+    spec = GateSpec(engine="vllm", served_name=None, max_model_len=None)
+    report = gate(parse_text(vllm_log()), engine.url, spec)
+    assert report.ok and "served model name" not in rows(report)
+    engine.answers["/v1/models"] = [(200, b"<html>")]
+    assert rows(gate(parse_text(vllm_log()), engine.url, spec))["GET /v1/models"] == (
+        "a JSON model list", "not JSON", "fail")

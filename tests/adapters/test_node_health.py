@@ -39,16 +39,21 @@ GPU KV cache size: 360,448 tokens
 2026-11-21T10:00:12.000000000Z (APIServer pid=1) INFO:     Application startup complete.
 """
 STARTED_AT = "2026-11-21T10:00:08.5Z"  # docker inspect trims trailing zeros
+IMAGE_ID = "sha256:" + "ab" * 32
 
 
 def fake_docker(folder: Path, log: bytes, container: str = "c0ffee") -> dict[str, str]:
-    """A ``docker`` on the PATH that lists one container and prints ``log`` (half of it on
-    stderr, as an engine's stderr reaches ``docker logs``)."""
+    """A ``docker`` on the PATH that lists one container, tells its image and prints ``log``
+    (half of it on stderr, as an engine's stderr reaches ``docker logs``)."""
     (folder / "log.txt").write_bytes(log)
     script = folder / "docker"
     script.write_text(
         "#!/bin/sh\n"
         f'if [ "$1" = ps ]; then echo {container}; exit 0; fi\n'
+        'if [ "$1" = inspect ]; then\n'
+        f'  [ "$2 $3 $4" = "--format {{{{.Image}}}} {container}" ] || exit 9\n'
+        f'  echo {IMAGE_ID}; exit 0\n'
+        "fi\n"
         'if [ "$1" = logs ]; then\n'
         f'  [ "$2" = --timestamps ] && [ "$3" = {container} ] || exit 9\n'
         f'  head -n 2 "{folder}/log.txt"; tail -n +3 "{folder}/log.txt" >&2; exit 0\n'
@@ -79,13 +84,14 @@ def test_read_command_returns_clock_baselines_and_the_merged_log(tmp_path: Path)
     assert read.now is not None and abs(read.now - datetime.now(UTC).timestamp()) < 60
     assert read.book == book and read.book_problem is None
     assert read.has_container and b"".join(read.lines) == LOG
+    assert read.image_id == IMAGE_ID
 
 
 def test_read_without_baselines_or_container(tmp_path: Path) -> None:
     env = fake_docker(tmp_path, b"", container="")
     read = parse_read(run(read_log_and_baselines(str(tmp_path), "main"), env))
     assert read.book == BaselineBook() and read.book_problem is None
-    assert not read.has_container and read.lines == ()
+    assert not read.has_container and read.lines == () and read.image_id is None
     (tmp_path / BASELINE_FILE).write_text("{broken")
     read = parse_read(run(read_log_and_baselines(str(tmp_path), "main"), env))
     assert read.book == BaselineBook() and "unreadable" in (read.book_problem or "")

@@ -27,6 +27,7 @@ from click.testing import CliRunner, Result
 from servefleet.adapters.rollout import deploy
 from servefleet.cli.drift import cron_quote, drift_command, nightly_group, systemd_quote
 from servefleet.cli.main import CliContext, _Group
+from servefleet.core.baselines import BASELINE_FILE, BaselineBook, parse_book
 from servefleet.core.models import Node
 from servefleet.core.project import Project, load_project
 from servefleet.sim.testbed import FleetHandle
@@ -154,9 +155,10 @@ def test_quoting_for_systemd_and_cron() -> None:
 # memory like this machine, so the GPU probe's host facts match its inventory): "overlay"
 # runs an image built with the PR 40798 patch (a patch marker inside the container),
 # "plain" runs the stand-in image itself. Each is on a port of its own, beside whatever
-# else runs there. The stack is deployed once with the real rollout; the first check records
-# the baselines; each test then changes one thing the way an operator or a failure would,
-# checks that exactly that is reported with its values, and puts it back.
+# else runs there. The stack is deployed once with the real rollout, whose health gate
+# records the baselines the check compares with; each test then changes one thing the way
+# an operator or a failure would, checks that exactly that is reported with its values, and
+# puts it back.
 
 DRIFT_STACK = "drifttest"
 OVERLAY, PLAIN = "overlay", "plain"
@@ -165,11 +167,11 @@ SECRETS = {"HF_TOKEN": "hf_drift-test-secret-value"}
 STANDIN_IMAGE = "servefleet-sim/vllm-standin:latest"
 BOOT_WAIT_SECONDS = 240
 BASE_PROFILE = "qwen36-nvfp4-tq"
-# The stand-in's KV pool for this profile on a simulated 5090 is ~0.5 M tokens, below the
-# profile's 0.9 M floor; the floor is not what these tests are about.
+# The KV floor is not what these tests are about. Without its overlay the profile must not
+# use TurboQuant KV: vLLM 0.21 then dies on a long prompt, and the rollout's gate refuses it.
 TEST_PROFILES = {
     "drift-overlay": {"extends": BASE_PROFILE, "health": {"min_kv_cache_tokens": 100000}},
-    "drift-plain": {"extends": BASE_PROFILE, "patches": [],
+    "drift-plain": {"extends": BASE_PROFILE, "patches": [], "vllm": {"kv_cache_dtype": "fp8"},
                     "health": {"min_kv_cache_tokens": 100000}},
 }
 
@@ -200,11 +202,11 @@ class Fleet:
     def release_dir(self, deployment: str) -> Path:
         return (Path(self.node.base_dir) / deployment / "current").resolve()
 
-    def baseline(self, deployment: str) -> dict[str, Any]:
-        path = Path(self.node.base_dir) / deployment / "baseline.json"
-        data = json.loads(path.read_text())
-        assert isinstance(data, dict)
-        return data
+    def baselines(self) -> BaselineBook:
+        """The node's baselines, as the rollout's health gate recorded them."""
+        book, problem = parse_book((Path(self.node.base_dir) / BASELINE_FILE).read_text())
+        assert problem is None, problem
+        return book
 
     def compose_up(self, deployment: str, *extra: Path) -> None:
         """``docker compose up -d --force-recreate`` of the current release, by hand (plus
@@ -274,8 +276,8 @@ def _write_stack(root: Path, stack: str, placements: dict[str, dict[str, Any]]) 
 
 @pytest.fixture(scope="module")
 def fleet(sim_fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    """The test stack deployed on the simulated fleet (real rollout, real stand-in engine),
-    checked clean once, which records the baselines."""
+    """The test stack deployed on the simulated fleet (real rollout, real stand-in engine,
+    whose health gate records the baselines), checked clean once."""
     if not sim_fleet.standin_is_real:
         pytest.skip("the stand-in engine image is not built yet (servefleet/sim/standin has "
                     "no Dockerfile.vllm): drift checks need its boot log and /version")
@@ -318,16 +320,22 @@ def fleet(sim_fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> I
 
 @pytest.mark.fleet
 @pytest.mark.slow
-def test_a_clean_fleet_exits_0_with_baselines_recorded(fleet: Fleet) -> None:
+def test_a_clean_fleet_exits_0_against_the_gates_baselines(fleet: Fleet) -> None:
+    path = Path(fleet.node.base_dir) / BASELINE_FILE
+    before = path.read_bytes(), path.stat().st_mtime_ns
     code, report = fleet.drift()
     assert code == 0, json.dumps(report, indent=1)
     assert report["nodes"] == {fleet.node_name: {"status": "ok", "items": []}}
-    for deployment in (OVERLAY, PLAIN):
-        baseline = fleet.baseline(deployment)
-        [entry] = baseline["profiles"].values()
-        assert entry["kv_cache_tokens"] > 0
-        [release] = baseline["releases"].values()
-        assert release["image_id"].startswith("sha256:")
+    book = fleet.baselines()
+    for deployment, profile in ((OVERLAY, "drift-overlay"), (PLAIN, "drift-plain")):
+        assert book.baselines[profile].kv_pool > 0
+        image = book.images[deployment]
+        assert image.release_id == fleet.release_dir(deployment).name
+        assert image.image_id == fleet.ssh("docker inspect --format '{{.Image}}' "
+                                           + fleet.container(deployment))
+    # Drift only reads the baselines: nothing on the node was written.
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+    assert not list(Path(fleet.node.base_dir).glob("*/baseline.json"))
 
 
 @pytest.mark.fleet
@@ -520,7 +528,7 @@ def test_engine_version_changed(fleet: Fleet) -> None:
 @pytest.mark.slow
 def test_kv_pool_shrinks(fleet: Fleet) -> None:
     fault = fleet.control / "fault"
-    [entry] = fleet.baseline(OVERLAY)["profiles"].values()
+    entry = fleet.baselines().baselines["drift-overlay"]
     try:
         # Read at boot: only the restarted engine gets it.
         fault.write_text("kv_small=0.3\n")
@@ -529,7 +537,7 @@ def test_kv_pool_shrinks(fleet: Fleet) -> None:
                            "the smaller KV pool")
         [item] = items
         assert (item["kind"], item["deployment"]) == ("kv-pool", OVERLAY)
-        assert item["expected"] == entry["kv_cache_tokens"]
+        assert item["expected"] == round(entry.kv_pool)
         assert item["observed"] < item["expected"] * 0.8
     finally:
         fault.unlink(missing_ok=True)

@@ -10,11 +10,13 @@ import pytest
 
 from servefleet.core.baselines import (
     BaselineBook,
+    book_from_json,
     check_against_baseline,
     check_smaller_than,
     kv_pool,
     parse_book,
     record,
+    record_image,
 )
 from servefleet.core.bootlog import BootFacts, parse_text
 from servefleet.core.expectations import derive_expectations
@@ -178,3 +180,28 @@ def test_book_round_trip_and_unreadable_files(shipped: Project) -> None:
     assert empty == BaselineBook() and problem is not None and "unreadable" in problem
     empty, problem = parse_book('{"baselines": {"x": {"profile": "x"}}}')
     assert empty == BaselineBook() and problem is not None
+
+
+def test_the_image_of_each_deployment_follows_its_last_healthy_release(
+        shipped: Project) -> None:
+    profile = shipped.profiles["qwen36-fp8"]
+    pools = recorded(profile, vllm_boot(360_448))
+    first = record_image(pools, "main", "r1", "sha256:" + "1" * 64, now=DAY1)
+    assert first is not None and first.baselines == pools.baselines
+    assert first.images["main"].model_dump() == {
+        "release_id": "r1", "image_id": "sha256:" + "1" * 64,
+        "recorded_at": "2026-11-21T09:30:00Z"}
+    # The same release and image again: nothing to write.
+    assert record_image(first, "main", "r1", "sha256:" + "1" * 64, now=DAY1) is None
+    # A later release (or a rebuilt image) replaces the record; other deployments keep theirs.
+    later = record_image(first, "main", "r2", "sha256:" + "2" * 64, now=DAY1)
+    both = record_image(later or first, "side", "r9", "sha256:" + "9" * 64, now=DAY1)
+    assert both is not None
+    assert {d: (i.release_id, i.image_id[-1]) for d, i in both.images.items()} == {
+        "main": ("r2", "2"), "side": ("r9", "9")}
+    assert parse_book(both.to_text()) == (both, None)
+    # Decoded JSON (as the drift collector sends the file) reads the same way.
+    assert book_from_json(None) == (BaselineBook(), None)
+    assert book_from_json(both.model_dump(mode="json")) == (both, None)
+    empty, problem = book_from_json({"images": {"main": {"release_id": "r1"}}})
+    assert empty == BaselineBook() and "unreadable" in (problem or "")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from servefleet.core.baselines import Baseline
 from servefleet.core.drift import (
     BootSummary,
     DesiredNode,
@@ -52,6 +53,16 @@ def release() -> RenderedRelease:
     return render_release(project, deployment, {"HF_TOKEN": SECRET})
 
 
+def _baseline(release: RenderedRelease, pool: float = 323_000,
+              unit: str = "tokens") -> Baseline:
+    """A baseline the health checks recorded of the release's profile."""
+    return Baseline(profile=release.profile, profile_identity=release.profile_identity,
+                    engine=release.engine, engine_version=release.engine_version,
+                    image=release.base_image, kv_pool=pool, unit=unit,
+                    recorded_at="2026-11-21T10:00:00Z", release_id=release.release_id,
+                    deployment=release.deployment)
+
+
 def _desired(release: RenderedRelease, **changes: object) -> DesiredNode:
     want = desired_deployment(
         node=release.node, deployment=release.deployment, profile=release.profile,
@@ -60,7 +71,7 @@ def _desired(release: RenderedRelease, **changes: object) -> DesiredNode:
         compose_files=release.compose_files, secret_names=release.secret_names,
         secrets={"HF_TOKEN": SECRET}, engine=release.engine,
         engine_version=release.engine_version, kv_tolerance=0.05,
-        cudagraph_mode="PIECEWISE", kv_baseline_tokens=323_000, image_id=IMAGE_ID,
+        cudagraph_mode="PIECEWISE", kv_baseline=_baseline(release), image_id=IMAGE_ID,
     )
     return DesiredNode(node=release.node, gpu=H200,
                        deployments=(want.model_copy(update=changes),))
@@ -283,8 +294,23 @@ def test_kv_pool_beyond_tolerance(release: RenderedRelease) -> None:
     boot = BootSummary(outcome="ready", kv_cache_tokens=174_000, cudagraph_mode="PIECEWISE")
     [item] = compare(_desired(release), _with(_clean(release), boot=boot))
     assert (item.kind, item.expected, item.observed) == (DriftKind.KV_POOL, 323_000, 174_000)
+    assert item.message.endswith(
+        "the latest boot's KV pool is 174,000 tokens, the baseline (.servefleet-baselines.json, "
+        "recorded 2026-11-21T10:00:00Z) is 323,000 (-46.1%, tolerance ±5%)")
     within = boot.model_copy(update={"kv_cache_tokens": 330_000})  # +2.2 %
     assert compare(_desired(release), _with(_clean(release), boot=within)) == []
+    # No baseline (none recorded yet, or one of another version of the profile): no check.
+    assert compare(_desired(release, kv_baseline=None), _with(_clean(release), boot=boot)) == []
+
+
+def test_kv_pool_in_mib_for_llamacpp(release: RenderedRelease) -> None:
+    baseline = _baseline(release, pool=544.0, unit="MiB")
+    shrunk = BootSummary(outcome="ready", kv_cache_mib=272.0, cudagraph_mode="PIECEWISE")
+    [item] = compare(_desired(release, kv_baseline=baseline), _with(_clean(release), boot=shrunk))
+    assert (item.kind, item.expected, item.observed) == (DriftKind.KV_POOL, 544.0, 272.0)
+    assert "272.0 MiB" in item.message
+    same = shrunk.model_copy(update={"kv_cache_mib": 540.0})
+    assert compare(_desired(release, kv_baseline=baseline), _with(_clean(release), boot=same)) == []
 
 
 def test_cudagraph_mode(release: RenderedRelease) -> None:

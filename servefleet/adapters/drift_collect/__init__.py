@@ -4,8 +4,8 @@ Per node, :func:`collect_node` opens one connection and runs one command, ``pyth
 BOOTSTRAP``; the collector (:mod:`servefleet.adapters.drift_collect.collector_script`), the
 request and the GPU probe's source arrive on its stdin. It prints one JSON document
 (release files hashed, the engine container inspected, the overlay marker, the latest
-boot's log, baselines, the GPU reading). The engine's version is asked over HTTP from this
-machine. The boot log is parsed here, with servefleet's boot-log parser.
+boot's log, the node's baselines file, the GPU reading). The engine's version is asked over
+HTTP from this machine. The boot log is parsed here, with servefleet's boot-log parser.
 
 :func:`collect_fleet` reads many nodes in parallel threads with a per-node deadline; a node
 that cannot be reached comes back as an observation that says so, never as an exception.
@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from servefleet.adapters.gpu_probe import probe_script_source
 from servefleet.adapters.health_gate import http_get
 from servefleet.adapters.ssh import SshTransport
+from servefleet.core.baselines import BASELINE_FILE
 from servefleet.core.bootlog import parse_bytes
 from servefleet.core.drift import (
     BootSummary,
@@ -55,10 +56,6 @@ CONNECT_ATTEMPTS = 2
 """Connection attempts per node: a node that refuses twice is reported unreachable."""
 HTTP_TIMEOUT_SECONDS = 5.0
 """For the engine's ``/version``."""
-BASELINE_FILE = "baseline.json"
-"""Baselines the drift check records beside a deployment's releases (see
-:mod:`servefleet.adapters.drift_collect.check`)."""
-
 HttpGet = Callable[[str, float], tuple[int, bytes]]
 """``get(url, timeout) -> (status, body)``; raises :class:`OSError` when nothing answers."""
 
@@ -95,7 +92,8 @@ class CollectOptions:
     boot_log: bool = True
     """Read the latest boot's log."""
     baseline_files: tuple[str, ...] = (BASELINE_FILE,)
-    """Files of the deployment folder to read back as baselines."""
+    """Baselines files under the node's base directory to read: the health checks' KV-pool
+    and image baselines (:mod:`servefleet.core.baselines`); empty reads none."""
     http: HttpGet = field(default=http_get)
     """GET for ``/version`` (tests pass their own)."""
     connect_attempts: int = CONNECT_ATTEMPTS
@@ -199,6 +197,7 @@ def _boot_summary(raw: Mapping[str, Any] | None, engine: str) -> tuple[BootSumma
         return None, f"boot log could not be decoded: {error}"
     facts = parse_bytes(data, engine if engine in ("vllm", "llama.cpp", "sglang") else "auto")
     return BootSummary(outcome=facts.outcome, kv_cache_tokens=facts.kv_cache_tokens,
+                       kv_cache_mib=facts.kv_cache_mib,
                        cudagraph_mode=facts.cudagraph_mode), None
 
 
@@ -262,7 +261,6 @@ def observation_from_answer(node: str, text: str,
             if isinstance(container_raw, dict) else None,
             docker_error=answer.get("docker_error"),
             boot=boot,
-            baselines=raw.get("baselines") or {},
         )
     gpu = None
     gpu_error = answer.get("gpu_error")
@@ -271,7 +269,9 @@ def observation_from_answer(node: str, text: str,
             gpu = parse_probe_json(json.dumps(answer["gpu"]))
         except ValueError as error:
             gpu_error = str(error)[:300]
+    baselines = answer.get("baselines")
     return NodeObservation(node=node, gpu=gpu, gpu_error=gpu_error, deployments=deployments,
+                           baselines=baselines if isinstance(baselines, dict) else {},
                            errors=tuple(errors))
 
 

@@ -20,9 +20,8 @@ It reads, per deployment of the request:
   marker from inside the container (``docker cp``, which needs no shell in the image), and
   the log of the latest boot (from the container's last start up to the ready line,
   zlib-compressed) for the control side's boot-log parser;
-- baseline files the request names;
-
-and, once per node, the GPU probe's :func:`probe`, in a thread beside the docker calls.
+and, once per node, the baselines files the request names (under the base directory) and
+the GPU probe's :func:`probe`, in a thread beside the docker calls.
 
 It is run once per node per check, so start-up cost is kept low: bytecode cached on the
 node, ``-S`` (``site`` is loaded only for the GPU probe, which may need pynvml from
@@ -525,7 +524,9 @@ def main(request: dict[str, Any], probe_source: str | None = None) -> int:
     given) and print one JSON object."""
     base = str(request["base_dir"]).rstrip("/")
     answer: dict[str, Any] = {"schema": SCHEMA_VERSION, "deployments": {}, "docker_error": None,
-                              "gpu": None, "gpu_error": None, "errors": []}
+                              "gpu": None, "gpu_error": None, "errors": [],
+                              "baselines": {name: read_json_file(base + "/" + name)
+                                            for name in request.get("baseline_files") or []}}
     probe_box: dict[str, Any] = {}
     probe_done = _thread.allocate_lock()
     if probe_source:
@@ -542,8 +543,6 @@ def main(request: dict[str, Any], probe_source: str | None = None) -> int:
             folder = base + "/" + spec["name"]
             entry = read_release(folder, request.get("env_file", "engine.env"),
                                  request.get("manifest_file", "manifest.json"))
-            entry["baselines"] = {rel: read_json_file(folder + "/" + rel)
-                                  for rel in request.get("baseline_files") or []}
             answer["deployments"][spec["name"]] = entry
         if request.get("docker_checks", True):
             try:
