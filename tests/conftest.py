@@ -1,5 +1,5 @@
-"""Fixtures shared by every test package: the simulated fleet, and the rule for components
-that cannot start (fail in CI, skip elsewhere).
+"""Fixtures shared by every test package: the simulated fleet, the rule for components
+that cannot start (fail in CI, skip elsewhere), and the real ``servefleet`` CLI.
 
 The fleet is brought up once per test session (``sim_fleet``) and stopped at its end, unless
 another session still uses it or it was already running before (then it is left as found).
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from click.testing import CliRunner, Result
 
 from servefleet.sim.testbed import FleetHandle
 
@@ -48,6 +49,30 @@ def need_program() -> Callable[[str], str]:
     """:func:`require_program` as a fixture: ``need_program("docker-compose")`` gives the
     binary's path, or fails (CI) / skips (elsewhere) the test."""
     return require_program
+
+
+@pytest.fixture(scope="session")
+def run_cli() -> Callable[..., Result]:
+    """The real ``servefleet`` group, every command registered, run through click's runner:
+    ``run_cli(*args, project=None, stack=None, env=None, input=None,
+    catch_exceptions=False)`` gives click's ``Result``.
+
+    ``project`` and ``stack`` become ``--project``/``--stack`` when given. Unexpected
+    exceptions propagate by default, so a crash can never pass for an exit code of 1.
+    """
+    from servefleet.cli.main import build_cli
+
+    app = build_cli()
+
+    def run(*args: str, project: Path | None = None, stack: str | None = None,
+            env: dict[str, str] | None = None, input: str | None = None,
+            catch_exceptions: bool = False) -> Result:
+        options = [*(["--project", str(project)] if project is not None else []),
+                   *(["--stack", stack] if stack is not None else [])]
+        return CliRunner().invoke(app, [*options, *args], env=env, input=input,
+                                  catch_exceptions=catch_exceptions)
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,8 @@ drift collector (:mod:`servefleet.adapters.drift_collect`):
 * ``read`` (``pulumi refresh``, ``pulumi preview --refresh``) observes the node: running
   release, image, file hashes of the current release, boot facts (KV pool, CUDA-graph
   mode), health. A file edited by hand on the node shows as changed file hashes, and
-  ``diff`` then reports the resource as changed;
+  ``diff`` then reports the resource as changed; the update's rollout uploads the release
+  again (the edited folder is moved aside), so the node runs what git says;
 * ``delete`` stops the engines (their releases stay on the node for a rollback).
 
 The provider object is pickled into the Pulumi state when the program declares a resource:
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
 # used: a no-op `pulumi up` only diffs, and both the program and the provider host start
 # faster without them.
 
-PROVIDER_VERSION = "1"
+PROVIDER_VERSION = "2"
 """Bump on every change of what the provider does: Pulumi compares this input, not code."""
 RESOURCE_MODULE = "servefleet"
 RESOURCE_NAME = "NodeDeployment"
@@ -461,16 +462,15 @@ def apply(props: Mapping[str, Any], previous: Mapping[str, Any] | None = None,
     for gone in [n for n in _deployments(previous or {}) if n not in wanted]:
         rollout.stop_deployment(project, name, gone)
     outs = observe(project.nodes[name], wanted)
-    # A deploy never rewrites a release folder in place: files edited on the node survive
-    # it. Say so instead of reporting success over a node that still differs.
+    # The rollout re-uploads a release edited on the node; a node that still differs
+    # afterwards was changed again meanwhile: say so instead of reporting success.
     left = [f"{name}/{dep}: {reason}" for dep, spec in wanted.items()
             for reason in drift_reasons(spec, outs["observed"].get(dep))
             if not reason.startswith("drift: engine is not healthy")]
     if left:
         raise ServefleetError("\n".join([
-            *left, "servefleet does not overwrite a release folder that was edited on the "
-            "node: put the files back (the release's manifest.json has their sha256), or "
-            "change the profile so that a new release is rendered"]))
+            *left, "the node still differs from the rendered release after the rollout: "
+            "something changed it meanwhile; run `pulumi up` again"]))
     return {**_plain_inputs(props), **outs}
 
 

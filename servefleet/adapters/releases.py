@@ -64,12 +64,13 @@ def checksum_lines(files: Mapping[str, tuple[bytes, int]]) -> str:
 
 
 def upload(transport: SshTransport, rendered: RenderedRelease,
-           manifest: Mapping[str, Any]) -> bool:
+           manifest: Mapping[str, Any], aside: str | None = None) -> bool:
     """Put the release on the node (one command). True when it was sent, False when the
-    node already had it."""
+    node already had it. ``aside``: the release folder on the node was edited there; it is
+    renamed ``<id>.<aside>`` and replaced (see :func:`remote.upload_release`)."""
     files = release_files(rendered, manifest)
     command = remote.upload_release(transport.node.base_dir, rendered.deployment,
-                                    rendered.release_id, checksum_lines(files))
+                                    rendered.release_id, checksum_lines(files), aside)
     # Safe to repeat on a new connection: a cut upload leaves only a staging folder.
     result = transport.run(command, stdin=tar_bytes(files), timeout=UPLOAD_TIMEOUT_SECONDS,
                            idempotent=True, what=f"upload release {rendered.release_id}")

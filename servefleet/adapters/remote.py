@@ -31,6 +31,7 @@ import shlex
 from collections.abc import Sequence
 
 from servefleet.core.observed import END, MANIFEST_FILE, OBSERVE_HEADER, RELEASES_HEADER
+from servefleet.core.render.release import ENV_FILE
 
 LOCK_DIR = ".servefleet-lock"
 """The node lock: a folder under the base directory (``mkdir`` is atomic)."""
@@ -81,6 +82,26 @@ def sequence(*commands: Sequence[str]) -> list[str]:
 
 
 # -- reading facts ---------------------------------------------------------------------------
+# The sha256 of every file of the current release (``./<path>``), so that a plan sees a file
+# edited on the node. The env file is hashed in its secret-hashed form, line by line as
+# servefleet.core.render.hashed_env_text makes it, so that no secret value is compared or
+# leaves the node, and the hash equals the manifest's.
+_FILES_BODY = (
+    "printf '@@files\\n'; "
+    'if [ -d "$dir/current/" ]; then ( cd "$dir/current/" || exit 0; '
+    "find . -type f ! -path './" + MANIFEST_FILE + "' ! -path './" + ENV_FILE + "' "
+    "-exec sha256sum {} + 2>/dev/null; "
+    '[ -f ' + ENV_FILE + ' ] && [ -r ' + ENV_FILE + ' ] || exit 0; '
+    'h=$(while IFS= read -r l || [ -n "$l" ]; do '
+    "case $l in '#'*) printf '%s\\n' \"$l\"; continue;; esac; "
+    'n=${l%%=*}; v=${l#*=}; '
+    "if [ \"$n\" = \"$l\" ] || [ -z \"$v\" ]; then printf '%s\\n' \"$l\"; continue; fi; "
+    "case $v in \\'*\\') v=${v#?}; v=${v%?};; esac; "
+    'd=$(printf %s "$v" | sha256sum); '
+    "printf '%s=sha256:%s\\n' \"$n\" \"${d%% *}\"; "
+    'done < ' + ENV_FILE + ' | sha256sum); '
+    "printf '%s  ./%s\\n' \"${h%% *}\" " + ENV_FILE + "; ); fi; "
+)
 _OBSERVE_BODY = (
     'for d in "$@"; do '
     'dir=$base/$d; '
@@ -89,6 +110,7 @@ _OBSERVE_BODY = (
     "printf '@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
     "printf '@@releases\\n'; ls -1 \"$dir/releases\" 2>/dev/null; "
     "printf '@@manifest\\n'; cat \"$dir/current/" + MANIFEST_FILE + "\" 2>/dev/null; echo; "
+    + _FILES_BODY +
     "if ids=$(docker ps -aq --filter \"label=" + COMPOSE_PROJECT_LABEL + "=$d\" 2>&1); then "
     "printf '@@containers\\n'; "
     "[ -z \"$ids\" ] || docker inspect --format \"$fmt\" $ids 2>&1; "
@@ -106,8 +128,9 @@ OBSERVE_SCRIPT = (
 
 def observe(base_dir: str, deployments: Sequence[str]) -> list[str]:
     """Read-only: the lock owner, then per deployment ``current``, the release folders, the
-    current manifest and the compose project's containers (state, exit code, restart count,
-    the release folder each was started from). Parsed by
+    current manifest, the sha256 of the current release's files and the compose project's
+    containers (state, exit code, restart count, the release folder each was started
+    from). Parsed by
     :func:`servefleet.core.observed.parse_observation`."""
     return _sh(OBSERVE_SCRIPT, base_dir, INSPECT_TEMPLATE, *deployments)
 
@@ -191,9 +214,13 @@ def release_lock(base_dir: str, owner: str) -> list[str]:
 
 # -- releases --------------------------------------------------------------------------------
 UPLOAD_SCRIPT = (
-    'dir=$1; id=$2; sums=$3; rel=$1/' + RELEASES + '/$2; '
+    'dir=$1; id=$2; sums=$3; aside=$4; rel=$1/' + RELEASES + '/$2; '
     # Already there (an earlier upload finished): a release folder is complete by design.
-    'if [ -d "$rel" ]; then cat >/dev/null; echo present; exit 0; fi; '
+    # A repair (aside set) replaces it unless it holds exactly these files already: then
+    # it is this repair's own upload, found again by a retry on a new connection.
+    'if [ -d "$rel" ] && { [ -z "$aside" ] || ( cd "$rel" && printf \'%s\\n\' "$sums" '
+    '| sha256sum -c --quiet --strict - ) >/dev/null 2>&1; }; '
+    'then cat >/dev/null; echo present; exit 0; fi; '
     # A folder per attempt (the shell's pid): a retried upload never meets a cut one's
     # leftovers, and a stale folder of a reused pid can only hold files of this release.
     'tmp=$1/' + STAGING + '/$2.$$; '
@@ -203,15 +230,24 @@ UPLOAD_SCRIPT = (
     # that every file arrived whole before anything is renamed into releases/.
     "printf '%s\\n' \"$sums\" | sha256sum -c --quiet --strict - "
     '|| { echo "upload incomplete: checksums differ" >&2; rm -rf "$tmp"; exit 1; }; '
+    # The edited folder is kept for forensics (pruned like any old release).
+    'if [ -n "$aside" ] && [ -d "$rel" ]; then '
+    'mv -T "$rel" "$rel.$aside" || { rm -rf "$tmp"; exit 1; }; fi; '
     'mv -T "$tmp" "$rel" && echo uploaded'
 )
 
 
 def upload_release(base_dir: str, deployment: str, release_id: str,
-                   checksums: str) -> list[str]:
+                   checksums: str, aside: str | None = None) -> list[str]:
     """Unpack a tar arriving on stdin into a new ``staging/<id>.<pid>``, check every file
-    against ``checksums`` (``sha256sum`` lines), then rename it to ``releases/<id>``."""
-    return _sh(UPLOAD_SCRIPT, deployment_dir(base_dir, deployment), release_id, checksums)
+    against ``checksums`` (``sha256sum`` lines), then rename it to ``releases/<id>``.
+
+    ``aside`` (a repair of a release folder edited on the node): an existing
+    ``releases/<id>`` that does not hold exactly these files is renamed to
+    ``releases/<id>.<aside>`` once the upload is checked, and the upload takes its place.
+    """
+    return _sh(UPLOAD_SCRIPT, deployment_dir(base_dir, deployment), release_id, checksums,
+               *([aside] if aside else []))
 
 
 SWITCH_SCRIPT = (

@@ -7,7 +7,8 @@ Per node, over one connection:
 2. **lock** the node (and re-observe in the same round trip), then per changed deployment:
 3. **preflight** (docker and compose present, disk space, port free), **upload** the
    release (tar on stdin into ``staging/``, checked, renamed into ``releases/``), **build**
-   the overlay image if any;
+   the overlay image if any; a current release whose files were edited on the node is
+   uploaded again, its edited folder moved aside to ``releases/<id>.edited-<UTC time>``;
 4. **stop** the old engine: one deployment is one compose project on one port, so the old
    and new engines can never run side by side (and a GPU rarely holds two);
 5. check **GPU memory** through the NVML probe when the node has one, **up -d**, **follow
@@ -438,7 +439,7 @@ class NodeRollout:
                 self.preflight(target, observed, prev_manifest)
             if target.rendered is not None and (item is None or item.upload):
                 with self.phase(result, "upload"):
-                    self.upload(target)
+                    self.upload(target, repair=item is not None and item.repair)
             if target.builds_image:
                 with self.phase(result, "build"):
                     self.transport.run(remote.build(self.compose_cmd, self.node.base_dir,
@@ -495,13 +496,17 @@ class NodeRollout:
             raise StepFailed("preflight", f"{self.node.name}: " + "; ".join(problems))
         return facts
 
-    def upload(self, target: Target) -> None:
-        """Send the release with its manifest (one command)."""
+    def upload(self, target: Target, *, repair: bool = False) -> None:
+        """Send the release with its manifest (one command). ``repair``: the release folder
+        on the node was edited there; it is moved aside to ``<id>.edited-<UTC time>`` (kept
+        for forensics, pruned like an old release) and the rendered files take its place."""
         assert target.rendered is not None and target.deployment_model is not None
+        now = self.clock.now()
         manifest = manifest_for(target.rendered, target.deployment_model,
-                                created_at=self.clock.now(), created_by=whoami())
+                                created_at=now, created_by=whoami())
         manifest["boot_deadline_seconds"] = target.gate.boot_deadline_seconds
-        release_store.upload(self.transport, target.rendered, manifest)
+        aside = f"edited-{now.astimezone(UTC):%Y%m%dT%H%M%SZ}" if repair else None
+        release_store.upload(self.transport, target.rendered, manifest, aside)
 
     def gpu_check(self, target: Target) -> None:
         """Enough free GPU memory for the engine's utilization, when the node can tell.

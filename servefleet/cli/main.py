@@ -1,7 +1,7 @@
 """The ``servefleet`` command group and its error handling.
 
 Each sub-command lives in a module of its own under :mod:`servefleet.cli` and is added to
-the group in :func:`_register`. Known errors print one line (``--verbose`` adds the trace)
+the group in :func:`build_cli`. Known errors print one line (``--verbose`` adds the trace)
 and exit with the error's code.
 """
 
@@ -54,18 +54,21 @@ def cli(ctx: click.Context, project_dir: Path, stack: str, verbose: bool) -> Non
     ctx.obj = CliContext(project_dir=project_dir.resolve(), stack=stack, verbose=verbose)
 
 
-def _register() -> None:
-    """Add every sub-command module's commands to the group (import order = help order)."""
+def build_cli() -> click.Group:
+    """The ``servefleet`` group with every sub-command of :mod:`servefleet.cli.commands`
+    (``ALL`` order = help order). Calling it again changes nothing: a command is added under
+    its name once, so tests and :func:`main` share the one group."""
     from servefleet.cli import commands
 
     for command in commands.ALL:
-        cli.add_command(command)
+        if command.name not in cli.commands:
+            cli.add_command(command)
+    return cli
 
 
 def main() -> None:
     """Console-script entry point."""
-    _register()
-    cli(prog_name="servefleet")
+    build_cli()(prog_name="servefleet")
 
 
 if __name__ == "__main__":

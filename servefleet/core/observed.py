@@ -15,6 +15,9 @@ The observe command prints sections introduced by ``@@`` marker lines::
     <id>                           (one per line)
     @@manifest
     {…}                            (current release's manifest.json)
+    @@files
+    <sha256>  ./<path>             (every file of the current release but manifest.json;
+                                    engine.env hashed in its secret-hashed form)
     @@containers
     {"name": …, "status": …}       (one JSON object per container of the compose project)
     @@end
@@ -100,6 +103,10 @@ class ObservedDeployment(StrictModel):
     """The current release's manifest; ``None`` when missing or unreadable."""
     manifest_error: str | None = None
     """Why the manifest could not be read, when it exists but is not JSON."""
+    file_hashes: dict[str, str] | None = None
+    """Path → sha256 of every file of the current release folder (``manifest.json`` left
+    out, ``engine.env`` in its secret-hashed form, as the renderer hashes it); ``None`` when
+    the observation did not read them."""
     containers: tuple[ObservedContainer, ...] = ()
     """The compose project's containers (any state)."""
     docker_error: str | None = None
@@ -234,6 +241,18 @@ def _manifest(lines: list[str]) -> tuple[dict[str, Any] | None, str | None]:
     return value, None
 
 
+def _file_hashes(lines: list[str] | None) -> dict[str, str] | None:
+    """``sha256sum`` lines (paths as ``./<path>``) as ``path → sha256``."""
+    if lines is None:
+        return None
+    hashes: dict[str, str] = {}
+    for line in lines:
+        digest, sep, path = line.partition("  ")
+        if sep and len(digest) == 64:
+            hashes[path.removeprefix("./")] = digest
+    return hashes
+
+
 def _release_of_link(target: str) -> str | None:
     target = target.strip().rstrip("/")
     if not target:
@@ -285,6 +304,7 @@ def _deployment(name: str, parts: dict[str, list[str]]) -> ObservedDeployment:
         releases=tuple(sorted(ln.strip() for ln in parts.get("releases", []) if ln.strip())),
         manifest=manifest,
         manifest_error=manifest_error,
+        file_hashes=_file_hashes(parts.get("files")),
         containers=tuple(containers),
         docker_error=docker_error or None,
     )

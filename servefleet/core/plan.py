@@ -9,7 +9,9 @@ Actions:
 
 * ``create``: the node has no ``current`` release for the deployment.
 * ``update``: ``current`` is another release, or it is the desired one but its engine is
-  not running it (killed, crash-looping, unhealthy, started from another release).
+  not running it (killed, crash-looping, unhealthy, started from another release), or its
+  files were edited on the node (their sha256 differ from the rendered ones): a *repair*,
+  which uploads the release again in place of the edited folder.
 * ``unchanged``: the desired release is current and its engine runs. A deploy then writes
   nothing at all on the node.
 """
@@ -84,6 +86,9 @@ class PlanItem:
     """The engine (re)starts: the container is recreated or started again."""
     upload: bool = False
     """The desired release is not on the node yet and must be uploaded."""
+    repair: bool = False
+    """The desired release is current but its folder was edited on the node: the edited
+    folder is moved aside and the rendered files are uploaded again."""
     flag_diff: FlagDiff = field(default_factory=FlagDiff)
     """Engine flags added, removed and changed (empty when the old command line is unknown
     or identical)."""
@@ -132,6 +137,7 @@ class PlanItem:
             "previous_profile": self.previous_profile,
             "restart": self.restart,
             "upload": self.upload,
+            "repair": self.repair,
             "flag_diff": self.flag_diff.to_json(),
             "image_change": list(self.image_change) if self.image_change else None,
             "changed_files": list(self.changed_files),
@@ -146,6 +152,16 @@ def _manifest_hashes(manifest: dict[str, Any]) -> dict[str, str]:
         return {}
     return {path: entry.get("sha256", "") if isinstance(entry, dict) else str(entry)
             for path, entry in files.items()}
+
+
+def edited_files(desired: RenderedRelease, observed: ObservedDeployment) -> tuple[str, ...]:
+    """Files of the current release folder whose sha256 differs from the rendered release's
+    (added or missing ones too); empty when the node's hashes were not read."""
+    have = observed.file_hashes
+    if have is None:
+        return ()
+    want = desired.file_hashes
+    return tuple(sorted(path for path in {*have, *want} if have.get(path) != want.get(path)))
 
 
 def _engine_problem(desired: RenderedRelease, observed: ObservedDeployment) -> str | None:
@@ -182,6 +198,15 @@ def plan(desired: RenderedRelease, observed: ObservedDeployment | None) -> PlanI
     state = observed.engine_state()
     problem = _engine_problem(desired, observed)
     if observed.current_release == desired.release_id:
+        edited = edited_files(desired, observed)
+        if edited:
+            # A deploy never rewrites a release folder in place: the edited one is moved
+            # aside and the release uploaded again, so the node runs what git says.
+            return item("update", current_release=observed.current_release,
+                        previous_profile=previous_profile, restart=True, upload=True,
+                        repair=True, changed_files=edited, engine_state=state,
+                        reasons=(f"files edited on the node: {', '.join(edited)}",
+                                 *([problem] if problem else [])))
         if problem is None:
             return item("unchanged", current_release=observed.current_release,
                         previous_profile=previous_profile, engine_state=state)

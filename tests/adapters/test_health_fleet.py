@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from click.testing import Result
 
 from servefleet.adapters import remote
 from servefleet.adapters.node_health import HealthOptions, check_fleet, gate_checks
@@ -54,7 +54,7 @@ NO_ULIMITS = "services:\n  engine:\n    ulimits: !reset {}\n"
 def fleet(sim_fleet: FleetHandle) -> FleetHandle:
     """The fleet, with the real stand-in engine (a placeholder proves no boot facts)."""
     if not sim_fleet.standin_is_real:
-        pytest.skip("the stand-in engine image is not built (servefleet/sim/standin has no "
+        pytest.fail("the stand-in engine image is not built (servefleet/sim/standin has no "
                     "Dockerfile.vllm): health checks need its boot log and endpoints")
     return sim_fleet
 
@@ -215,14 +215,16 @@ def project_copy(fleet: FleetHandle, destination: Path, profiles: dict[str, str]
     return destination
 
 
-def run_cli(fleet: FleetHandle, tmp_path: Path, profiles: dict[str, str],
-            *args: str) -> Any:
-    from servefleet.cli.health import health_command
-    from servefleet.cli.main import cli
+@pytest.fixture
+def health_cli(run_cli: Callable[..., Result], fleet: FleetHandle,
+               tmp_path: Path) -> Callable[..., Result]:
+    """``health_cli(profiles, *args)``: ``servefleet health ARGS…`` (the real group) on a copy
+    of the fleet's project whose stack places ``profiles``."""
+    def run(profiles: dict[str, str], *args: str) -> Result:
+        copy = project_copy(fleet, tmp_path / "project", profiles)
+        return run_cli("health", *args, project=copy, stack=DEP)
 
-    cli.add_command(health_command)
-    copy = project_copy(fleet, tmp_path / "project", profiles)
-    return CliRunner().invoke(cli, ["--project", str(copy), "--stack", DEP, "health", *args])
+    return run
 
 
 GB10_ROUNDS = ({"sim-spark-1": "qwen36-fp8", "sim-spark-2": "qwen36-fp8"},
@@ -240,7 +242,7 @@ def test_every_shipped_profile_has_a_node_here(base: Project) -> None:
     assert shipped == placed_here
 
 
-def test_gb10_profiles_are_healthy(base: Project, fleet: FleetHandle, tmp_path: Path) -> None:
+def test_gb10_profiles_are_healthy(base: Project, health_cli: Callable[..., Result]) -> None:
     stack = ensure(base, GB10_ROUNDS[0])
     first = health(stack, determinism=True)
     for name, result in first.items():
@@ -283,7 +285,7 @@ def test_gb10_profiles_are_healthy(base: Project, fleet: FleetHandle, tmp_path: 
     assert rows(third["sim-spark-1"])["max_model_len"].observed == "1,048,576"
 
     # The command: JSON for machines, exit 0 when healthy.
-    done = run_cli(fleet, tmp_path, {**GB10_ROUNDS[1], **GB10_ROUNDS[2]}, "--json")
+    done = health_cli({**GB10_ROUNDS[1], **GB10_ROUNDS[2]}, "--json")
     assert done.exit_code == 0, done.output
     data = json.loads(done.output)
     assert data["ok"] and len(data["deployments"]) == 2
@@ -326,8 +328,8 @@ def fp8(base: Project) -> Iterator[Project]:
     restart(stack, VLLM_NODE)
 
 
-def test_kv_oom_fails_with_its_class_and_proving_line(fp8: Project, fleet: FleetHandle,
-                                                      tmp_path: Path) -> None:
+def test_kv_oom_fails_with_its_class_and_proving_line(
+        fp8: Project, health_cli: Callable[..., Result]) -> None:
     restart(fp8, VLLM_NODE, "kv_oom")
     wait_for("the KV-cache OOM", lambda: "No available memory for the cache blocks" in
              engine_log_of(fp8, VLLM_NODE))
@@ -338,7 +340,7 @@ def test_kv_oom_fails_with_its_class_and_proving_line(fp8: Project, fleet: Fleet
     assert any("No available memory for the cache blocks" in line for line in proving), proving
     assert "boot outcome" in failing(result) or "engine restarts" in failing(result)
     # The command names the failed fact and shows the proving line; exit 1.
-    done = run_cli(fleet, tmp_path, {VLLM_NODE: "qwen36-fp8"})
+    done = health_cli({VLLM_NODE: "qwen36-fp8"})
     assert done.exit_code == 1, done.output
     assert "UNHEALTHY [kv_cache_oom]" in done.output
     assert "FAILED " in done.output

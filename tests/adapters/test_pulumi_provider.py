@@ -29,7 +29,7 @@ from servefleet.adapters.pulumi_provider import (
     describe_changes,
     summary,
 )
-from servefleet.core.errors import HealthGateFailed, ServefleetError
+from servefleet.core.errors import HealthGateFailed
 from servefleet.core.models import Deployment
 from servefleet.core.project import Project, load_project
 from servefleet.core.render import render_release
@@ -188,8 +188,8 @@ def test_update_to_mtp_shows_piecewise_graphs_and_a_smaller_kv_pool(
         project, "qwen36-fp8-mtp")).changes is False
 
 
-def test_read_after_a_hand_edit_shows_the_changed_file(updated: dict[str, Any],
-                                                       project: Project) -> None:
+def test_hand_edit_shows_in_read_and_the_update_puts_the_file_back(
+        updated: dict[str, Any], project: Project) -> None:
     release = updated["releaseIds"][DEPLOYMENT]
     path = compose_file(project, release)
     original = path.read_bytes()
@@ -205,13 +205,18 @@ def test_read_after_a_hand_edit_shows_the_changed_file(updated: dict[str, Any],
         assert NodeDeploymentProvider().diff(NODE, outs, news).changes is True
         reasons = [r for c in describe_changes(outs, news) for r in c.reasons]
         assert reasons == ["drift: release files differ on the node: compose.yaml"]
-        # A deploy does not rewrite the edited release: the update says so, not "done".
-        with pytest.raises(ServefleetError, match=r"release files differ on the node: "
-                                                  r"compose\.yaml"):
-            NodeDeploymentProvider().update(NODE, outs, news)
-        assert path.read_bytes().endswith(b"# edited by hand on the node\n")
+        # The update uploads the release again: the edited folder is moved aside.
+        repaired = NodeDeploymentProvider().update(NODE, outs, news)
+        assert repaired.outs is not None
+        assert as_pulumi_sends(repaired.outs) == updated
+        assert path.read_bytes() == original
+        [aside] = [p for p in path.parent.parent.iterdir()
+                   if p.name.startswith(f"{release}.edited-")]
+        assert (aside / "compose.yaml").read_bytes().endswith(
+            b"# edited by hand on the node\n")
     finally:
-        path.write_bytes(original)
+        if path.read_bytes() != original:
+            path.write_bytes(original)
     read = NodeDeploymentProvider().read(NODE, updated)
     assert read.outs is not None
     assert as_pulumi_sends(read.outs) == updated

@@ -3,6 +3,7 @@ run for real by the local POSIX ``sh`` against a throw-away base directory."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import socket
@@ -36,6 +37,7 @@ def test_observe() -> None:
         "printf '@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
         "printf '@@releases\\n'; ls -1 \"$dir/releases\" 2>/dev/null; "
         "printf '@@manifest\\n'; cat \"$dir/current/manifest.json\" 2>/dev/null; echo; "
+        + remote._FILES_BODY +
         'if ids=$(docker ps -aq --filter "label=com.docker.compose.project=$d" 2>&1); then '
         "printf '@@containers\\n'; "
         '[ -z "$ids" ] || docker inspect --format "$fmt" $ids 2>&1; '
@@ -103,16 +105,22 @@ def test_release_lock() -> None:
 def test_upload_release() -> None:
     assert remote.upload_release("/srv/sf", "main", "abc123", "00  a") == [
         "sh", "-c",
-        'dir=$1; id=$2; sums=$3; rel=$1/releases/$2; '
-        'if [ -d "$rel" ]; then cat >/dev/null; echo present; exit 0; fi; '
+        'dir=$1; id=$2; sums=$3; aside=$4; rel=$1/releases/$2; '
+        'if [ -d "$rel" ] && { [ -z "$aside" ] || ( cd "$rel" && printf \'%s\\n\' "$sums" '
+        '| sha256sum -c --quiet --strict - ) >/dev/null 2>&1; }; '
+        'then cat >/dev/null; echo present; exit 0; fi; '
         'tmp=$1/staging/$2.$$; '
         'mkdir -p -m 755 "$dir/releases" "$tmp" && cd "$tmp" || exit 1; '
         'tar -x -p --no-same-owner -f - || { rm -rf "$tmp"; exit 1; }; '
         "printf '%s\\n' \"$sums\" | sha256sum -c --quiet --strict - "
         '|| { echo "upload incomplete: checksums differ" >&2; rm -rf "$tmp"; exit 1; }; '
+        'if [ -n "$aside" ] && [ -d "$rel" ]; then '
+        'mv -T "$rel" "$rel.$aside" || { rm -rf "$tmp"; exit 1; }; fi; '
         'mv -T "$tmp" "$rel" && echo uploaded',
         "sh", "/srv/sf/main", "abc123", "00  a",
     ]
+    assert remote.upload_release("/srv/sf", "main", "abc123", "00  a", "edited-T")[-1] == \
+        "edited-T"
 
 
 def test_switch_current() -> None:
@@ -317,6 +325,47 @@ def test_observe_reads_releases_current_manifest_and_lock(tmp_path: Path) -> Non
     assert main_dep.engine_argv == ["m", "--x", "1"]
     assert main_dep.docker_error
     assert not main_dep.running
+
+
+def test_observe_hashes_the_current_release_files_as_the_renderer(tmp_path: Path) -> None:
+    from servefleet.core.render import hashed_env_text
+
+    release = tmp_path / "main" / "releases" / "r1"
+    env = b"# engine\nHF_TOKEN='hf_secret_value'\nEMPTY=\nPLAIN=a b=c\n\nQ='\n"
+    files = {**{p: c for p, (c, _) in FILES.items()}, "engine.env": env, ".env": b"X=1\n"}
+    for path, content in files.items():
+        (release / path).parent.mkdir(parents=True, exist_ok=True)
+        (release / path).write_bytes(content)
+    (release / "engine.env").chmod(0o600)
+    os.symlink("releases/r1", tmp_path / "main" / "current")
+    done = run(remote.observe(str(tmp_path), ["main"]),
+               DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
+    assert done.returncode == 0, done.stderr
+    assert b"hf_secret_value" not in done.stdout
+    hashes = parse_observation(done.stdout.decode()).deployments["main"].file_hashes
+    assert hashes == {path: hashlib.sha256(hashed_env_text(content) if path == "engine.env"
+                                           else content).hexdigest()
+                      for path, content in files.items() if path != "manifest.json"}
+
+
+def test_repair_upload_moves_the_edited_folder_aside(tmp_path: Path) -> None:
+    base = str(tmp_path)
+    assert run(remote.upload_release(base, "main", "r1", checksum_lines(FILES)),
+               tar_bytes(FILES)).returncode == 0
+    release = tmp_path / "main" / "releases" / "r1"
+    (release / "compose.yaml").write_bytes(b"services: {}\n# edited by hand\n")
+    repair = remote.upload_release(base, "main", "r1", checksum_lines(FILES), "edited-T1")
+    done = run(repair, tar_bytes(FILES))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"uploaded\n"
+    assert (release / "compose.yaml").read_bytes() == b"services: {}\n"
+    aside = tmp_path / "main" / "releases" / "r1.edited-T1"
+    assert (aside / "compose.yaml").read_bytes().endswith(b"# edited by hand\n")
+    # A retry of the same repair (a new connection) finds its own upload: nothing moves.
+    again = run(repair, tar_bytes(FILES))
+    assert again.returncode == 0 and again.stdout == b"present\n"
+    assert sorted(p.name for p in (tmp_path / "main" / "releases").iterdir()) == [
+        "r1", "r1.edited-T1"]
 
 
 def test_list_releases_reads_each_manifest(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ other test modules drive, are left alone.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -16,13 +17,13 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from click.testing import Result
 
 from servefleet.adapters import remote
 from servefleet.adapters.lock import NodeLock
@@ -55,7 +56,7 @@ LOCK_WAIT_SECONDS = 300
 def fleet(sim_fleet: FleetHandle) -> FleetHandle:
     """The fleet, with the real stand-in engine (a placeholder proves no boot facts)."""
     if not sim_fleet.standin_is_real:
-        pytest.skip("the stand-in engine image is not built yet (servefleet/sim/standin "
+        pytest.fail("the stand-in engine image is not built yet (servefleet/sim/standin "
                     "has no Dockerfile.vllm): rollout tests need its boot log")
     return sim_fleet
 
@@ -465,6 +466,42 @@ def test_killed_engine_comes_back_on_the_next_deploy(base: Project, fleet: Fleet
     assert sorted(os.listdir(folder(node) / "releases")) == releases_before
 
 
+def test_hand_edited_release_is_put_back_by_the_next_deploy(base: Project,
+                                                            fleet: FleetHandle) -> None:
+    ensure(base)
+    node = base.nodes["sim-spark-1"]
+    release = current_of(node)
+    assert release is not None
+    compose = folder(node) / "releases" / release / "compose.yaml"
+    rendered = compose.read_bytes()
+    fleet.ssh("sim-spark-1", f"printf '# edited by hand\\n' >> {compose}")
+    assert compose.read_bytes() == rendered + b"# edited by hand\n"
+    stack = placed(base, DEFAULT)
+    items, errors = plan_fleet(stack, ["sim-spark-1"], SECRETS)
+    assert not errors
+    [item] = items
+    assert item.action == "update" and item.repair and item.upload
+    assert item.release_id == item.current_release == release
+    assert item.reasons == ("files edited on the node: compose.yaml",)
+    assert "  files edited on the node: compose.yaml" in item.summary_lines()
+
+    [result] = deploy_when_free(stack, ["sim-spark-1"])
+    assert result.ok, result.to_json()
+    [dep] = result.deployments
+    assert dep.status == "deployed" and dep.release_id == release
+    assert "upload" in dict(dep.phases)
+    assert dep.health is not None and dep.health.ok
+    assert compose.read_bytes() == rendered
+    assert current_of(node) == release
+    [aside] = [p for p in (folder(node) / "releases").iterdir()
+               if p.name.startswith(f"{release}.edited-")]
+    assert (aside / "compose.yaml").read_bytes() == rendered + b"# edited by hand\n"
+    assert running_release(fleet, "sim-spark-1") == release
+    assert get(node, "/health")[0] == 200
+    items, _ = plan_fleet(stack, ["sim-spark-1"], SECRETS)
+    assert [i.action for i in items] == ["unchanged"]
+
+
 def test_rollback_goes_to_the_previous_release(base: Project, fleet: FleetHandle) -> None:
     ensure(base)
     ensure(base, {**DEFAULT, "sim-spark-2": "qwen36-fp8-mtp"})
@@ -487,30 +524,23 @@ def test_rollback_goes_to_the_previous_release(base: Project, fleet: FleetHandle
     assert again.status == "deployed" and again.release_id == current.release_id
 
 
-def test_cli_deploy_plan_releases_and_logs(base: Project, fleet: FleetHandle,
-                                          tmp_path: Path) -> None:
+def test_cli_deploy_plan_releases_and_logs(base: Project, fleet: FleetHandle, tmp_path: Path,
+                                          run_cli: Callable[..., Result]) -> None:
     ensure(base)
-    from servefleet.cli.deploy import COMMANDS, merge_logs_group
-    from servefleet.cli.logs import logs_group
-    from servefleet.cli.main import cli
-
-    for command in [*COMMANDS, merge_logs_group(logs_group)]:
-        cli.add_command(command)
     copy = project_copy(fleet, tmp_path / "project", DEFAULT)
-    runner = CliRunner()
     env = {"HF_TOKEN": SECRETS["HF_TOKEN"]}
-    common = ["--project", str(copy), "--stack", "rt"]
-    plan = runner.invoke(cli, [*common, "plan"], env=env)
+    run = functools.partial(run_cli, project=copy, stack="rt")
+    plan = run("plan", env=env)
     assert plan.exit_code == 0, plan.output
     assert plan.output.count(f"/{DEP}: unchanged (release ") == 3, plan.output
-    done = runner.invoke(cli, [*common, "deploy", "--yes", "--json"], env=env)
+    done = run("deploy", "--yes", "--json", env=env)
     assert done.exit_code == 0, done.output
     data = json.loads(done.output)
     assert data["ok"] and [n["status"] for n in data["nodes"]] == ["unchanged"] * 3
-    listed = runner.invoke(cli, [*common, "releases", "sim-spark-1", "-d", DEP, "--json"])
+    listed = run("releases", "sim-spark-1", "-d", DEP, "--json")
     assert listed.exit_code == 0, listed.output
     assert sum(r["current"] for r in json.loads(listed.output)) == 1
-    logs = runner.invoke(cli, [*common, "logs", "sim-spark-1", "-d", DEP])
+    logs = run("logs", "sim-spark-1", "-d", DEP)
     assert logs.exit_code == 0, logs.output
     assert "Application startup complete" in logs.output
     assert SECRETS["HF_TOKEN"] not in logs.output

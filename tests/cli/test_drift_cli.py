@@ -19,14 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 import yaml
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from servefleet.adapters.rollout import deploy
-from servefleet.cli.drift import cron_quote, drift_command, nightly_group, systemd_quote
-from servefleet.cli.main import CliContext, _Group
+from servefleet.cli.drift import cron_quote, systemd_quote
 from servefleet.core.baselines import BASELINE_FILE, BaselineBook, parse_book
 from servefleet.core.models import Node
 from servefleet.core.project import Project, load_project
@@ -35,41 +33,16 @@ from servefleet.sim.testbed import FleetHandle
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-@click.group(cls=_Group)
-@click.option("--project", "project_dir", type=click.Path(path_type=Path), required=True)
-@click.option("--stack", default="reference")
-@click.option("--verbose", is_flag=True)
-@click.pass_context
-def group(ctx: click.Context, project_dir: Path, stack: str, verbose: bool) -> None:
-    """The real group's error handling with the commands under test."""
-    ctx.obj = CliContext(project_dir=project_dir.resolve(), stack=stack, verbose=verbose)
+Run = Callable[..., Result]
+"""The real ``servefleet`` (``run`` binds it to the project copy and the reference stack)."""
 
 
-group.add_command(drift_command)
-group.add_command(nightly_group)
-
-
-@pytest.fixture()
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    shutil.copytree(REPO_ROOT / "nodes", root / "nodes", ignore=shutil.ignore_patterns("sim"))
-    shutil.copytree(REPO_ROOT / "profiles", root / "profiles")
-    shutil.copy(REPO_ROOT / "Pulumi.reference.yaml", root / "Pulumi.reference.yaml")
-    return root
-
-
-def invoke(project: Path, *args: str) -> Result:
-    return CliRunner().invoke(group, ["--project", str(project), *args],
-                              catch_exceptions=False)
-
-
-def test_unreachable_nodes_exit_1_and_every_node_is_reported(project: Path,
+def test_unreachable_nodes_exit_1_and_every_node_is_reported(run: Run, project: Path,
                                                               tmp_path: Path) -> None:
     received = tmp_path / "notified.json"
     notify = shlex.join([sys.executable, "-c",
                          f"import sys; open({str(received)!r}, 'w').write(sys.stdin.read())"])
-    result = invoke(project, "drift", "--json", "--no-probe", "--notify", notify)
+    result = run("drift", "--json", "--no-probe", "--notify", notify)
     assert result.exit_code == 1, result.output
     report = json.loads(result.output)
     assert report["status"] == "error"
@@ -81,44 +54,45 @@ def test_unreachable_nodes_exit_1_and_every_node_is_reported(project: Path,
     assert json.loads(received.read_text()) == report
 
 
-def test_one_node_by_name_and_the_table(project: Path) -> None:
-    result = invoke(project, "drift", "rtx5090", "--no-probe")
+def test_one_node_by_name_and_the_table(run: Run, project: Path) -> None:
+    result = run("drift", "rtx5090", "--no-probe")
     assert result.exit_code == 1
     assert "rtx5090: error" in result.output
     assert "unreachable" in result.output
     assert "dgx-spark-1" not in result.output
 
 
-def test_unknown_node_is_a_config_error_reported_as_json(project: Path) -> None:
-    result = invoke(project, "drift", "nosuchnode", "--json")
+def test_unknown_node_is_a_config_error_reported_as_json(run: Run, project: Path) -> None:
+    result = run("drift", "nosuchnode", "--json")
     assert result.exit_code == 1
     report = json.loads(result.output)
     assert report["status"] == "error" and report["nodes"] == {}
     assert "nosuchnode" in report["errors"][0]
 
 
-def test_notify_is_not_run_when_nothing_is_wrong(project: Path, tmp_path: Path) -> None:
+def test_notify_is_not_run_when_nothing_is_wrong(run: Run, project: Path, tmp_path: Path) -> None:
     # A stack without deployments has nothing to check: exit 0, no notification.
     (project / "Pulumi.empty.yaml").write_text("config:\n  servefleet:profiles: {}\n")
     marker = tmp_path / "ran"
     notify = shlex.join([sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
-    result = invoke(project, "--stack", "empty", "drift", "--json", "--notify", notify)
+    result = run("drift", "--json", "--notify", notify, stack="empty")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["status"] == "ok"
     assert not marker.exists()
 
 
-def test_help_names_the_pulumi_route(project: Path) -> None:
+def test_help_names_the_pulumi_route(run: Run, project: Path) -> None:
     for args in (["drift", "--help"], ["nightly", "install", "--help"]):
-        result = invoke(project, *args)
+        result = run(*args)
         assert "pulumi preview --refresh --expect-no-changes" in result.output
 
 
-def test_nightly_install_renders_service_timer_and_cron(project: Path, tmp_path: Path) -> None:
+def test_nightly_install_renders_service_timer_and_cron(run: Run, project: Path,
+                                                        tmp_path: Path) -> None:
     out = tmp_path / "units"
     notify = "mail -s 'drift 100%' ops@example.org"
-    result = invoke(project, "nightly", "install", "--at", "3:07", "--out", str(out),
-                    "--notify", notify, "--user", "ops")
+    result = run("nightly", "install", "--at", "3:07", "--out", str(out),
+                 "--notify", notify, "--user", "ops")
     assert result.exit_code == 0, result.output
     service = (out / "servefleet-drift.service").read_text()
     timer = (out / "servefleet-drift.timer").read_text()
@@ -137,8 +111,8 @@ def test_nightly_install_renders_service_timer_and_cron(project: Path, tmp_path:
     assert "systemctl enable --now servefleet-drift.timer" in result.output
 
 
-def test_nightly_install_rejects_a_bad_time(project: Path, tmp_path: Path) -> None:
-    result = invoke(project, "nightly", "install", "--at", "25:00", "--out", str(tmp_path))
+def test_nightly_install_rejects_a_bad_time(run: Run, project: Path, tmp_path: Path) -> None:
+    result = run("nightly", "install", "--at", "25:00", "--out", str(tmp_path))
     assert result.exit_code == 2
     assert "HH:MM" in result.output
 
@@ -187,6 +161,8 @@ class Fleet:
     """The node both deployments run on."""
     spare: str
     """Another node of the fleet, in the stack of the sshd test only."""
+    run_cli: Run
+    """The real ``servefleet`` (the session's ``run_cli`` fixture)."""
 
     @property
     def node(self) -> Node:
@@ -230,9 +206,9 @@ class Fleet:
         return self.handle.node_files(self.node_name).root / file
 
     def drift(self, *args: str, stack: str = DRIFT_STACK) -> tuple[int, dict[str, Any]]:
-        result = CliRunner(env={"HF_TOKEN": SECRETS["HF_TOKEN"]}).invoke(
-            group, ["--project", str(self.project_dir), "--stack", stack, "drift", "--json",
-                    "--timeout", "90", *args], catch_exceptions=False)
+        result = self.run_cli("drift", "--json", "--timeout", "90", *args,
+                              project=self.project_dir, stack=stack,
+                              env={"HF_TOKEN": SECRETS["HF_TOKEN"]})
         assert result.output.strip(), result
         return result.exit_code, json.loads(result.output)
 
@@ -275,11 +251,12 @@ def _write_stack(root: Path, stack: str, placements: dict[str, dict[str, Any]]) 
 
 
 @pytest.fixture(scope="module")
-def fleet(sim_fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def fleet(sim_fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory,
+          run_cli: Run) -> Iterator[Fleet]:
     """The test stack deployed on the simulated fleet (real rollout, real stand-in engine,
     whose health gate records the baselines), checked clean once."""
     if not sim_fleet.standin_is_real:
-        pytest.skip("the stand-in engine image is not built yet (servefleet/sim/standin has "
+        pytest.fail("the stand-in engine image is not built yet (servefleet/sim/standin has "
                     "no Dockerfile.vllm): drift checks need its boot log and /version")
     specs = sorted(sim_fleet.nodes.values(), key=lambda s: s.index)
     target = next((s for s in specs if s.docker and not s.gpu.unified_memory
@@ -311,7 +288,7 @@ def fleet(sim_fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> I
     wipe()
     results = deploy(project, secrets=SECRETS)
     assert all(r.ok for r in results), [r.to_json() for r in results]
-    fleet = Fleet(sim_fleet, project.root, project, target.name, spare.name)
+    fleet = Fleet(sim_fleet, project.root, project, target.name, spare.name, run_cli)
     code, report = fleet.drift()
     assert code == 0, json.dumps(report, indent=1)
     yield fleet

@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
-
-from servefleet.cli.health import health_command
-from servefleet.cli.main import cli
+from click.testing import Result
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Any well-formed ed25519 public key: the connection is refused before a key is compared.
@@ -44,28 +42,29 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def invoke(project: Path, *args: str) -> object:
-    cli.add_command(health_command)
-    return CliRunner().invoke(cli, ["--project", str(project), "--stack", "t", "health", *args])
+@pytest.fixture
+def invoke(run_cli: Callable[..., Result], project: Path) -> Callable[..., Result]:
+    """``servefleet --project <project> --stack t health ARGS…``."""
+    return lambda *args: run_cli("health", *args, project=project, stack="t")
 
 
-def test_unreachable_node_is_reported_and_exits_1(project: Path) -> None:
-    result = invoke(project, "--json")
+def test_unreachable_node_is_reported_and_exits_1(invoke: Callable[..., Result]) -> None:
+    result = invoke("--json")
     assert result.exit_code == 1, result.output
     data = json.loads(result.output)
     assert data["ok"] is False
     [entry] = data["deployments"]
     assert (entry["node"], entry["deployment"], entry["checks"]) == ("gone", "main", [])
     assert "gone: cannot reach 127.0.0.1" in entry["error"]
-    text = invoke(project)
+    text = invoke()
     assert text.exit_code == 1
     assert "gone/main: UNHEALTHY" in text.output and "error: gone: cannot reach" in text.output
     assert "0 of 1 deployment(s) healthy" in text.output
 
 
-def test_unknown_node_is_a_config_error(project: Path) -> None:
-    result = invoke(project, "elsewhere")
+def test_unknown_node_is_a_config_error(invoke: Callable[..., Result]) -> None:
+    result = invoke("elsewhere")
     assert result.exit_code == 1
     assert "elsewhere: not in stack 't'" in result.output
-    result = invoke(project, "gone", "-d", "nomtp")
+    result = invoke("gone", "-d", "nomtp")
     assert result.exit_code == 1 and "places no deployment named nomtp" in result.output

@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
-import click
 import pytest
 import yaml
-from click.testing import CliRunner
+from click.testing import Result
 
-from servefleet.cli.main import CliContext, _Group
-from servefleet.cli.nodes import keyscan_command, probe_command
 from servefleet.sim.testbed import FleetHandle
-
-
-@click.group(cls=_Group)
-@click.option("--project", "project_dir", type=click.Path(path_type=Path), required=True)
-@click.option("--verbose", is_flag=True)
-@click.pass_context
-def group(ctx: click.Context, project_dir: Path, verbose: bool) -> None:
-    """The real group's error handling with the commands under test."""
-    ctx.obj = CliContext(project_dir=project_dir.resolve(), stack="sim", verbose=verbose)
-
-
-group.add_command(probe_command)
-group.add_command(keyscan_command)
 
 
 @pytest.fixture()
@@ -33,9 +18,9 @@ def gpu_json(sim_fleet: FleetHandle) -> Path:
     return sim_fleet.node_files("sim-5090").gpu_json
 
 
-def test_keyscan_prints_the_pinned_key(sim_fleet: FleetHandle) -> None:
-    result = CliRunner().invoke(group, ["--project", str(sim_fleet.project_dir),
-                                        "keyscan", "sim-5090"])
+def test_keyscan_prints_the_pinned_key(run_cli: Callable[..., Result],
+                                       sim_fleet: FleetHandle) -> None:
+    result = run_cli("keyscan", "sim-5090", project=sim_fleet.project_dir, stack="sim")
     assert result.exit_code == 0, result.output
     pinned = yaml.safe_load((sim_fleet.project_dir / "nodes/sim/sim-5090.yaml").read_text())
     line = next(x for x in result.stdout.splitlines() if x.startswith("ssh-ed25519 "))
@@ -43,10 +28,11 @@ def test_keyscan_prints_the_pinned_key(sim_fleet: FleetHandle) -> None:
     assert "fingerprint SHA256:" in result.output
 
 
-def test_probe_matches_then_reports_a_driver_upgrade(sim_fleet: FleetHandle,
+def test_probe_matches_then_reports_a_driver_upgrade(run_cli: Callable[..., Result],
+                                                     sim_fleet: FleetHandle,
                                                      gpu_json: Path) -> None:
-    args = ["--project", str(sim_fleet.project_dir), "probe", "sim-5090", "--json"]
-    result = CliRunner().invoke(group, args)
+    args = ["probe", "sim-5090", "--json"]
+    result = run_cli(*args, project=sim_fleet.project_dir, stack="sim")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["ok"] and report["probe"]["driver_version"] == "580.142"
@@ -57,7 +43,7 @@ def test_probe_matches_then_reports_a_driver_upgrade(sim_fleet: FleetHandle,
     data["driver_version"] = "590.10.01"
     gpu_json.write_text(json.dumps(data))
     try:
-        result = CliRunner().invoke(group, args)
+        result = run_cli(*args, project=sim_fleet.project_dir, stack="sim")
     finally:
         gpu_json.write_text(original)
     assert result.exit_code == 1
@@ -66,8 +52,9 @@ def test_probe_matches_then_reports_a_driver_upgrade(sim_fleet: FleetHandle,
     assert (mismatch["expected"], mismatch["observed"]) == ("580.142", "590.10.01")
 
 
-def test_probe_of_an_unknown_node_is_one_clear_line(tmp_path: Path) -> None:
+def test_probe_of_an_unknown_node_is_one_clear_line(run_cli: Callable[..., Result],
+                                                    tmp_path: Path) -> None:
     (tmp_path / "nodes").mkdir()
-    result = CliRunner().invoke(group, ["--project", str(tmp_path), "probe", "nope"])
+    result = run_cli("probe", "nope", project=tmp_path, stack="sim")
     assert result.exit_code == 1
     assert "no node 'nope' in nodes/" in result.output

@@ -4,62 +4,33 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
-import click
-import pytest
 import yaml
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from servefleet.cli.main import CliContext, _Group
-from servefleet.cli.render import diff_profiles_command, render_command, show_command
 from servefleet.core.project import load_profiles, profile_identity
 from servefleet.core.render import engine_command
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hf_cli-secret-value-123"
 
-
-@click.group(cls=_Group)
-@click.option("--project", "project_dir", type=click.Path(path_type=Path), required=True)
-@click.option("--stack", default="reference")
-@click.option("--verbose", is_flag=True)
-@click.pass_context
-def group(ctx: click.Context, project_dir: Path, stack: str, verbose: bool) -> None:
-    """A group like servefleet's own, with only the commands under test."""
-    ctx.obj = CliContext(project_dir=project_dir.resolve(), stack=stack, verbose=verbose)
+Run = Callable[..., Result]
+"""The real ``servefleet`` bound to this module's project copy and stack."""
 
 
-for _command in (render_command, show_command, diff_profiles_command):
-    group.add_command(_command)
-
-
-def run(project: Path, *args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(group, ["--project", str(project), *args], env=env,
-                              catch_exceptions=False)
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A copy of the shipped project (nodes, profiles, templates, reference stack)."""
-    root = tmp_path / "project"
-    for folder in ("nodes", "profiles", "templates"):
-        shutil.copytree(REPO_ROOT / folder, root / folder,
-                        ignore=shutil.ignore_patterns("sim", "__pycache__"))
-    for name in ("Pulumi.yaml", "Pulumi.reference.yaml"):
-        shutil.copy(REPO_ROOT / name, root / name)
-    return root
 
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_render_all_writes_every_release_with_modes(project: Path, tmp_path: Path) -> None:
+def test_render_all_writes_every_release_with_modes(run: Run, project: Path,
+                                                    tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = run(project, "render", "--all", "--out", str(out))
+    result = run("render", "--all", "--out", str(out))
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert [line.split(":")[0] for line in lines[:4]] == [
@@ -75,9 +46,9 @@ def test_render_all_writes_every_release_with_modes(project: Path, tmp_path: Pat
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no staging left
 
 
-def test_render_one_node_with_secrets_from_env(project: Path, tmp_path: Path) -> None:
+def test_render_one_node_with_secrets_from_env(run: Run, project: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = run(project, "render", "dgx-spark-2", "--out", str(out), "--with-secrets-from-env",
+    result = run("render", "dgx-spark-2", "--out", str(out), "--with-secrets-from-env",
                  env={"HF_TOKEN": SECRET})
     assert result.exit_code == 0, result.output
     assert SECRET not in result.output
@@ -91,27 +62,26 @@ def test_render_one_node_with_secrets_from_env(project: Path, tmp_path: Path) ->
             assert SECRET not in path.read_text()
 
 
-def test_render_replaces_an_earlier_release_folder(project: Path, tmp_path: Path) -> None:
+def test_render_replaces_an_earlier_release_folder(run: Run, project: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     stale = out / "rtx5090" / "main" / "Dockerfile"
     stale.parent.mkdir(parents=True)
     stale.write_text("FROM old\n")
-    assert run(project, "render", "rtx5090", "--out", str(out)).exit_code == 0
+    assert run("render", "rtx5090", "--out", str(out)).exit_code == 0
     assert not stale.exists()
     assert (out / "rtx5090/main/compose.yaml").is_file()
 
 
-def test_missing_secret_writes_nothing(project: Path, tmp_path: Path) -> None:
+def test_missing_secret_writes_nothing(run: Run, project: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = CliRunner().invoke(group, ["--project", str(project), "render", "--all", "--out",
-                                        str(out), "--with-secrets-from-env"],
-                                env={"HF_TOKEN": None})
+    result = run("render", "--all", "--out", str(out), "--with-secrets-from-env",
+                 env={"HF_TOKEN": None})
     assert result.exit_code == 1
     assert "needs secret HF_TOKEN but no value was given" in result.output
     assert not out.exists()
 
 
-def test_any_error_writes_nothing(project: Path, tmp_path: Path) -> None:
+def test_any_error_writes_nothing(run: Run, project: Path, tmp_path: Path) -> None:
     diff = b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-a\n+b\n"
     (project / "profiles/patches").mkdir(exist_ok=True)
     (project / "profiles/patches/test-x.diff").write_bytes(diff)
@@ -123,8 +93,7 @@ def test_any_error_writes_nothing(project: Path, tmp_path: Path) -> None:
     stack["config"]["servefleet:profiles"]["rtx5090"] = "broken"
     (project / "Pulumi.reference.yaml").write_text(yaml.safe_dump(stack))
     out = tmp_path / "out"
-    result = CliRunner().invoke(group, ["--project", str(project), "render", "--all",
-                                        "--out", str(out)])
+    result = run("render", "--all", "--out", str(out))
     assert result.exit_code == 1
     actual = hashlib.sha256(diff).hexdigest()
     assert result.output.strip() == (
@@ -134,20 +103,18 @@ def test_any_error_writes_nothing(project: Path, tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_render_usage_errors(project: Path, tmp_path: Path) -> None:
+def test_render_usage_errors(run: Run, project: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    both = CliRunner().invoke(group, ["--project", str(project), "render", "rtx5090", "--all",
-                                      "--out", str(out)])
+    both = run("render", "rtx5090", "--all", "--out", str(out))
     assert both.exit_code == 2 and "give one or more NODE names, or --all" in both.output
-    unknown = CliRunner().invoke(group, ["--project", str(project), "render", "nope",
-                                         "--out", str(out)])
+    unknown = run("render", "nope", "--out", str(out))
     assert unknown.exit_code == 1
     assert "error: nope: not in stack 'reference'" in unknown.output
     assert not out.exists()
 
 
-def test_show_prints_the_resolved_profile_identity_and_command(project: Path) -> None:
-    result = run(project, "show", "qwen36-fp8-mtp")
+def test_show_prints_the_resolved_profile_identity_and_command(run: Run, project: Path) -> None:
+    result = run("show", "qwen36-fp8-mtp")
     assert result.exit_code == 0, result.output
     assert result.output.startswith("# profile qwen36-fp8-mtp (extends qwen36-fp8), resolved\n")
     data = yaml.safe_load(result.output)
@@ -159,26 +126,27 @@ def test_show_prints_the_resolved_profile_identity_and_command(project: Path) ->
     assert data["profile"]["vllm"]["gpu_memory_utilization"] == 0.45
     assert data["profile"]["vllm"]["speculative"] == {"method": "qwen3_next_mtp",
                                                       "num_speculative_tokens": 2}
-    as_json = json.loads(run(project, "show", "qwen36-fp8-mtp", "--json", "--port", "8001").output)
+    as_json = json.loads(run("show", "qwen36-fp8-mtp", "--json", "--port", "8001").output)
     assert as_json["engine_command"] == engine_command(profile, 8001)
     assert as_json["identity"] == data["identity"]
 
 
-def test_show_unknown_profile(project: Path) -> None:
-    result = CliRunner().invoke(group, ["--project", str(project), "show", "nope"])
+def test_show_unknown_profile(run: Run, project: Path) -> None:
+    result = run("show", "nope")
     assert result.exit_code == 1
     assert result.output.startswith("error: no profile 'nope' in profiles/ (known: qwen36-fp8,")
 
 
-def test_diff_profiles_mtp_overlay_shows_exactly_the_speculative_change(project: Path) -> None:
-    result = run(project, "diff-profiles", "qwen36-fp8", "qwen36-fp8-mtp")
+def test_diff_profiles_mtp_overlay_shows_exactly_the_speculative_change(run: Run,
+                                                                        project: Path) -> None:
+    result = run("diff-profiles", "qwen36-fp8", "qwen36-fp8-mtp")
     assert result.exit_code == 0, result.output
     assert result.output == (
         '+ --speculative-config {"method":"qwen3_next_mtp","num_speculative_tokens":2}\n')
-    back = run(project, "diff-profiles", "qwen36-fp8-mtp", "qwen36-fp8")
+    back = run("diff-profiles", "qwen36-fp8-mtp", "qwen36-fp8")
     assert back.output == (
         '- --speculative-config {"method":"qwen3_next_mtp","num_speculative_tokens":2}\n')
-    as_json = json.loads(run(project, "diff-profiles", "qwen36-fp8", "qwen36-fp8-mtp",
+    as_json = json.loads(run("diff-profiles", "qwen36-fp8", "qwen36-fp8-mtp",
                              "--json").output)
     assert as_json == {
         "a": "qwen36-fp8", "b": "qwen36-fp8-mtp", "engine": ["vllm", "vllm"],
@@ -188,10 +156,10 @@ def test_diff_profiles_mtp_overlay_shows_exactly_the_speculative_change(project:
     }
 
 
-def test_diff_profiles_same_profile_and_value_changes(project: Path) -> None:
-    same = run(project, "diff-profiles", "qwen36-w8a16", "qwen36-w8a16")
+def test_diff_profiles_same_profile_and_value_changes(run: Run, project: Path) -> None:
+    same = run("diff-profiles", "qwen36-w8a16", "qwen36-w8a16")
     assert same.output == "no engine flag changes between qwen36-w8a16 and qwen36-w8a16\n"
-    longer = run(project, "diff-profiles", "qwen36-w8a16", "qwen36-w8a16-1m")
+    longer = run("diff-profiles", "qwen36-w8a16", "qwen36-w8a16-1m")
     assert longer.output.splitlines() == [
         "- --generation-config vllm",
         "+ --enable-chunked-prefill",

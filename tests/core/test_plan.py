@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,12 @@ from servefleet.core.models import Deployment, StackConfig
 from servefleet.core.observed import ObservedContainer, ObservedDeployment
 from servefleet.core.plan import flags_from_argv, plan
 from servefleet.core.project import Project, load_nodes, load_profiles
-from servefleet.core.render import RenderedRelease, manifest_for, render_release
+from servefleet.core.render import (
+    RenderedRelease,
+    hashed_env_text,
+    manifest_for,
+    render_release,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRETS = {"HF_TOKEN": "hf_plan_test_token"}
@@ -71,6 +77,54 @@ def test_running_desired_release_is_unchanged(project: Project) -> None:
     assert not item.changes and not item.restart and not item.upload
     assert item.summary_lines() == [
         f"dgx-spark-1/main: unchanged (release {release.release_id}, running)"]
+
+
+def node_hashes(release: RenderedRelease,
+                edits: dict[str, bytes | None] | None = None) -> dict[str, str]:
+    """What the observe command hashes on a node holding ``release`` with ``edits`` applied
+    (path → new content, ``None``: deleted): ``engine.env`` in its secret-hashed form."""
+    files: dict[str, bytes | None] = {**release.files, **(edits or {})}
+    return {path: hashlib.sha256(hashed_env_text(content) if path == "engine.env"
+                                 else content).hexdigest()
+            for path, content in files.items() if content is not None}
+
+
+def test_intact_release_files_are_unchanged(project: Project) -> None:
+    release = rendered(project, "qwen36-fp8")
+    observed = observed_of(release).model_copy(update={"file_hashes": node_hashes(release)})
+    item = plan(release, observed)
+    assert item.action == "unchanged" and not item.repair
+
+
+def test_file_edited_on_the_node_plans_a_repair(project: Project) -> None:
+    release = rendered(project, "qwen36-fp8")
+    edited = release.files["compose.yaml"] + b"# edited by hand\n"
+    observed = observed_of(release).model_copy(update={
+        "file_hashes": node_hashes(release, {"compose.yaml": edited})})
+    item = plan(release, observed)
+    assert item.action == "update" and item.repair and item.upload and item.restart
+    assert item.current_release == item.release_id == release.release_id
+    assert item.reasons == ("files edited on the node: compose.yaml",)
+    assert item.changed_files == ("compose.yaml",)
+    assert "  files edited on the node: compose.yaml" in item.summary_lines()
+    assert item.to_json()["repair"] is True
+
+
+def test_edited_secret_and_added_file_are_named_without_values(project: Project) -> None:
+    release = rendered(project, "qwen36-fp8")
+    env = release.files["engine.env"].replace(SECRETS["HF_TOKEN"].encode(), b"hf_other")
+    assert env != release.files["engine.env"]
+    observed = observed_of(release, status="exited", exit_code=1).model_copy(update={
+        "file_hashes": node_hashes(release, {"engine.env": env, "notes.txt": b"x"})})
+    item = plan(release, observed)
+    assert item.reasons == ("files edited on the node: engine.env, notes.txt",
+                            "engine not running (exited (exit 1))")
+    assert SECRETS["HF_TOKEN"] not in json.dumps(item.to_json())
+
+
+def test_unread_file_hashes_never_plan_a_repair(project: Project) -> None:
+    release = rendered(project, "qwen36-fp8")
+    assert plan(release, observed_of(release)).action == "unchanged"
 
 
 def test_switching_to_mtp_shows_only_the_speculative_flag(project: Project) -> None:

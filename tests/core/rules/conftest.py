@@ -14,6 +14,7 @@ import pytest
 
 from servefleet.core.models import Deployment, Node, Profile, StackConfig
 from servefleet.core.project import Project
+from servefleet.core.project import _deep_merge as merge  # overrides merge as ``extends`` does
 from servefleet.core.rules import Finding, Severity, rule_by_id, validate
 
 DIGEST = "sha256:" + "ab" * 32
@@ -60,17 +61,6 @@ NODE_KINDS: dict[str, dict[str, Any]] = {
     "b200": {"arch": "x86_64", "gpus": [
         {"name": "NVIDIA B200", "memory_gib": 180, "compute_capability": "10.0"}]},
 }
-
-
-def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Mappings merge key by key; anything else replaces (``None`` unsets, as in YAML)."""
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 class Kit:
