@@ -246,7 +246,7 @@ def test_gb10_profiles_are_healthy(base: Project, health_cli: Callable[..., Resu
     stack = ensure(base, GB10_ROUNDS[0])
     first = health(stack, determinism=True)
     for name, result in first.items():
-        assert result.ok, (name, result.to_json())
+        assert result.ok, (name, result.error, result.failures)
         got = rows(result)
         assert got["boot outcome"].verdict == got["GET /health"].verdict == "pass"
         assert got["chat completion (thinking off)"].verdict == "pass"
@@ -266,7 +266,7 @@ def test_gb10_profiles_are_healthy(base: Project, health_cli: Callable[..., Resu
     stack = ensure(base, GB10_ROUNDS[1])
     second = health(stack, determinism=True)
     for name, result in second.items():
-        assert result.ok, (name, result.to_json())
+        assert result.ok, (name, result.error, result.failures)
     mtp = rows(second["sim-spark-2"])
     assert mtp["CUDA graph mode"].observed == "PIECEWISE"  # MTP on FlashInfer off SM100
     assert mtp["speculative decoding"].verdict == "pass"

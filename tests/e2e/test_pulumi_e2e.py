@@ -110,6 +110,13 @@ def _copy_project(source: Path, target: Path) -> None:
     target.mkdir(parents=True)
     for name in PROJECT_FILES:
         shutil.copy2(source / name, target / name)
+    for stack_file in target.glob("Pulumi.*.yaml"):
+        # A stack used on this machine before carries its own encryption salt; the copy
+        # starts a new stack with the test's passphrase.
+        lines = stack_file.read_text().splitlines(keepends=True)
+        stack_file.write_text("".join(
+            line for line in lines
+            if not line.startswith(("encryptionsalt:", "secretsprovider:", "encryptedkey:"))))
     for name in PROJECT_DIRS:
         if (source / name).is_dir():
             shutil.copytree(source / name, target / name)
@@ -139,7 +146,8 @@ def pulumi(tmp_path_factory: pytest.TempPathFactory, pulumi_bin: Path,
         # one running the tests, which has servefleet installed.
         "PULUMI_PYTHON_CMD": sys.executable,
     }
-    env.pop("PULUMI_ACCESS_TOKEN", None)
+    for inherited in ("PULUMI_ACCESS_TOKEN", "PULUMI_CONFIG_PASSPHRASE_FILE"):
+        env.pop(inherited, None)
     cli = Pulumi(project, env)
     cli.run("stack", "init", STACK)
     cli.run("config", "set", "--secret", "servefleet:hfToken", HF_TOKEN)
