@@ -94,6 +94,29 @@ class ImageRef(StrictModel):
         return f"{self.ref}@{self.digest}"
 
 
+class ModelConfigRef(StrictModel):
+    """A pinned copy of a checkpoint's ``config.json``, relative to the profiles folder."""
+
+    file: SafeToken
+    """Path relative to ``profiles/``, e.g. ``models/qwen3.6-35b-a3b.config.json``."""
+    sha256: str
+    """Expected sha256 of that file; a mismatch is refused rather than planned from."""
+
+    @field_validator("file")
+    @classmethod
+    def _file_inside(cls, value: str) -> str:
+        if value.startswith("/") or ".." in value.split("/"):
+            raise ValueError("'file' must be relative to the profiles folder, without '..'")
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha_format(cls, value: str) -> str:
+        if not SHA256_RE.match(value):
+            raise ValueError(f"{value!r} is not a sha256 hex digest (64 lower-case hex digits)")
+        return value
+
+
 class ModelSpec(StrictModel):
     """The model served, and the facts about it that validation rules need."""
 
@@ -119,6 +142,9 @@ class ModelSpec(StrictModel):
     """KV-cache bytes one token takes across every layer that holds KV, at 16 bits per
     element (Qwen3.6-35B-A3B: 10 attention layers × 2 KV heads × (256 + 256) × 2 B = 20480);
     memory rules scale it by the KV-cache dtype."""
+    config: ModelConfigRef | None = None
+    """The checkpoint's own ``config.json``, pinned under ``profiles/`` (layer types, KV
+    heads, head dim, GDN state shapes, MTP layers): the KV-pool planner reads it."""
     fp8_lm_head: bool = False
     """The checkpoint stores lm_head in FP8 (e.g. the NVFP4 checkpoint's ``fp8-head``
     branch); vLLM needs the compressed-tensors lm_head dispatch overlay for it."""
