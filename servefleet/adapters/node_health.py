@@ -453,7 +453,9 @@ class DeploymentCheck:
         if self.options.http_send is not None:
             client.send = self.options.http_send
         results = run_probes(client, profile, chat=self.options.chat,
-                             determinism=self.options.determinism, basic=basic)
+                             determinism=self.options.determinism, basic=basic,
+                             engine_version=derive_expectations(profile, self.node)
+                             .engine_version)
         self.rows.extend(results.rows)
         if results.engine_down:
             self.options.sleep(RELOG_GRACE_SECONDS)

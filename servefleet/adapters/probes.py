@@ -395,9 +395,11 @@ def probe_long_prompt(client: EngineClient, profile: Profile) -> CheckRow | None
 BUILD_RE = re.compile(r"^b(\d+)")
 
 
-def probe_props(client: EngineClient, profile: Profile) -> tuple[list[CheckRow], int | None]:
-    """``GET /props``: slots, per-slot context and build against the profile. Returns the
-    rows and ``total_slots``."""
+def probe_props(client: EngineClient, profile: Profile,
+                engine_version: str | None = None) -> tuple[list[CheckRow], int | None]:
+    """``GET /props``: slots, per-slot context and build against the profile (or against
+    ``engine_version`` where another build runs, see :func:`run_probes`). Returns the rows
+    and ``total_slots``."""
     settings = profile.llamacpp
     assert settings is not None
     answer = client.get("/props")
@@ -431,12 +433,13 @@ def probe_props(client: EngineClient, profile: Profile) -> tuple[list[CheckRow],
         rows.append(_row("context per slot (n_ctx)", "-", shown(n_ctx), "info"))
     build = str(props.get("build_info") or "")
     match = BUILD_RE.match(build)
-    want = version_tuple(profile.engine_version)
+    pinned = engine_version or profile.engine_version
+    want = version_tuple(pinned)
     if match is None or not want:
-        rows.append(_row("build (build_info)", profile.engine_version, build or "-", "info"))
+        rows.append(_row("build (build_info)", pinned, build or "-", "info"))
     else:
         same = (int(match.group(1)),) == want
-        rows.append(_row("build (build_info)", profile.engine_version, build,
+        rows.append(_row("build (build_info)", pinned, build,
                          "pass" if same else "fail",
                          f"/props build_info={build}" + ("" if same else
                                                          ": the image tag moved, or the "
@@ -499,12 +502,15 @@ def _down(rows: Sequence[CheckRow]) -> bool:
 
 
 def run_probes(client: EngineClient, profile: Profile, *, chat: bool | None = None,
-               determinism: bool | None = None, basic: bool = True) -> ProbeResults:
+               determinism: bool | None = None, basic: bool = True,
+               engine_version: str | None = None) -> ProbeResults:
     """Every probe of the profile's engine, in order; stops when nothing answers any more.
 
     ``chat`` and ``determinism`` override the profile's ``health.chat_probe`` and
     ``health.determinism.probe``; ``basic=False`` leaves out ``/health`` and ``/v1/models``
-    (for a caller that has checked them already). The continuation-prefill probe
+    (for a caller that has checked them already); ``engine_version`` is the version the
+    engine should report when it is not the profile's (:attr:`ExpectedHealth.engine_version`
+    on a simulated node). The continuation-prefill probe
     (TurboQuant KV) runs last: on an engine that has the bug it kills the engine.
     """
     results = ProbeResults()
@@ -518,17 +524,18 @@ def run_probes(client: EngineClient, profile: Profile, *, chat: bool | None = No
             results.engine_down = True
             return results
     served = profile.model.served_name
+    version = engine_version or profile.engine_version
     steps: list[Callable[[], list[CheckRow]]] = []
     if profile.engine == "vllm":
         max_len = profile.vllm.max_model_len if profile.vllm else None
         if basic:
             steps.append(lambda: probe_models(client, served, max_len))
-        steps.append(lambda: [probe_version(client, profile.engine_version)])
+        steps.append(lambda: [probe_version(client, version)])
     else:
         slots: list[int | None] = [None]
 
         def props() -> list[CheckRow]:
-            found, slots[0] = probe_props(client, profile)
+            found, slots[0] = probe_props(client, profile, version)
             return found
 
         if basic:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from servefleet.core.models import Node, Profile
+from servefleet.core.models.inventory import SimEngine
 from servefleet.core.models.profile import CudaGraphMode
 from servefleet.core.project import profile_identity
 from servefleet.core.rules.facts import (
@@ -60,6 +61,9 @@ class ExpectedHealth(BaseModel):
     probe's verdict); false with speculative decoding on."""
     boot_deadline_seconds: int
     """Give up on a boot after this long."""
+    engine_version: str = ""
+    """Version the engine should report (``/version``, ``/props`` build): the profile's
+    ``engine_version``, or on a simulated node the version of the CPU build that runs."""
     notes: tuple[str, ...] = ()
     """One line per derived value or adjustment, saying why."""
 
@@ -86,6 +90,29 @@ def _without_speculation(profile: Profile) -> Profile:
     assert profile.vllm is not None
     settings = profile.vllm.model_copy(update={"speculative": None})
     return profile.model_copy(update={"vllm": settings})
+
+
+def sim_engine_for(profile: Profile, node: Node) -> SimEngine | None:
+    """The real CPU engine that runs ``profile`` on a simulated node, or ``None`` (a real
+    node, or an engine the node runs as the stand-in). A profile that builds an overlay image
+    runs on the stand-in: its patches apply to the stand-in's placeholder ``vllm`` package,
+    and the real engine is mounted read-only."""
+    if node.sim is None or profile.builds_image:
+        return None
+    return node.sim.engines.get(profile.engine)
+
+
+def _substituted(expected: ExpectedHealth, engine: SimEngine) -> ExpectedHealth:
+    """``expected`` for the CPU build that runs on a simulated node: its own version, and no
+    expectation for the boot facts it cannot show, each said in the notes."""
+    notes = [f"simulated node: {engine.why}"]
+    update: dict[str, object] = {"engine_version": engine.version}
+    for fact in engine.unshown:
+        if getattr(expected, fact) is not None:
+            update[fact] = None
+            notes.append(f"simulated node: {fact} not checked (a {engine.device.upper()} "
+                         "build does not show it)")
+    return expected.model_copy(update={**update, "notes": (*expected.notes, *notes)})
 
 
 def derive_expectations(profile: Profile, node: Node) -> ExpectedHealth:
@@ -152,7 +179,7 @@ def derive_expectations(profile: Profile, node: Node) -> ExpectedHealth:
         notes.append("not deterministic: llama.cpp needs parallel 1 and cache_prompt false for "
                      "identical outputs (server README cache_prompt; PR #22224)")
 
-    return ExpectedHealth(
+    expected = ExpectedHealth(
         cudagraph_mode=mode,
         cudagraph_mode_explicit=explicit,
         attention_backend=backend,
@@ -162,5 +189,8 @@ def derive_expectations(profile: Profile, node: Node) -> ExpectedHealth:
         kv_tolerance=health.kv_tolerance,
         deterministic=deterministic,
         boot_deadline_seconds=health.boot_deadline_seconds,
+        engine_version=profile.engine_version,
         notes=tuple(notes),
     )
+    substitute = sim_engine_for(profile, node)
+    return expected if substitute is None else _substituted(expected, substitute)

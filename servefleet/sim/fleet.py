@@ -27,6 +27,8 @@ from typing import Any
 
 from servefleet.core.errors import SimError
 from servefleet.sim import dockerd, engine_api, image, inventory, netns, procs, sshd, state
+from servefleet.sim.engines import EngineInstall
+from servefleet.sim.engines.ensure import ensure_engines, selected_engines
 from servefleet.sim.layout import NodeLayout, SimLayout, cache_dir_from_env, state_dir_from_env
 from servefleet.sim.spec import NodeSpec
 from servefleet.sim.state import FleetState, NodeState
@@ -56,6 +58,9 @@ class FleetConfig:
     standin_dir: Path = field(default_factory=lambda: Path(
         os.environ.get("SERVEFLEET_SIM_STANDIN_DIR") or STANDIN_DIR))
     """Build context of the stand-in images (``$SERVEFLEET_SIM_STANDIN_DIR`` overrides)."""
+    real_engines: tuple[str, ...] = field(default_factory=selected_engines)
+    """Engines that run for real (``$SERVEFLEET_SIM_ENGINES``; see
+    :mod:`servefleet.sim.engines.ensure`); the others run as the stand-in."""
 
     @property
     def images_dir(self) -> Path:
@@ -277,10 +282,13 @@ def start_fleet(specs: list[NodeSpec], *, project_dir: Path, config: FleetConfig
         nodes = {k: v for k, v in current.nodes.items() if v not in stale}
         current = current.model_copy(update={"nodes": nodes})
         state.save(layout, current)
+    installs: dict[str, EngineInstall] = {}
+    if images is not None:
+        installs = ensure_engines(config.real_engines, say)
     to_start = [s for s in specs if s.name not in current.nodes]
     if to_start:
         current = _start_nodes(to_start, config, current, images, say)
-    current = _write_inventory(project_dir, layout, current)
+    current = _write_inventory(project_dir, layout, current, installs)
     state.save(layout, current)
     return current
 
@@ -331,12 +339,13 @@ def _parallel(jobs: list[Callable[[], Any]], *, collect: bool = False) -> list[s
     return errors
 
 
-def _write_inventory(project_dir: Path, layout: SimLayout, current: FleetState) -> FleetState:
+def _write_inventory(project_dir: Path, layout: SimLayout, current: FleetState,
+                     installs: dict[str, EngineInstall]) -> FleetState:
     entries = []
     for node in current.nodes.values():
         files = layout.node(node.spec.name)
         entries.append((node.spec, files, sshd.public_key_line(files.host_key)))
-    written = inventory.write(project_dir.resolve(), entries, layout.client_key)
+    written = inventory.write(project_dir.resolve(), entries, layout.client_key, installs)
     # Files of nodes no longer running (another project folder, or fewer nodes) go away.
     keep = {str(p) for p in written}
     inventory.remove([p for p in current.inventory_files if p not in keep])

@@ -18,10 +18,13 @@ from typing import Any
 
 import yaml
 
+from servefleet.sim.engines import ENGINE_MOUNT, MODELS_MOUNT, EngineInstall, cpu_twin
 from servefleet.sim.layout import NodeLayout
 from servefleet.sim.spec import NodeSpec
 
 OVERRIDE_TEMPLATE = Path(__file__).with_name("compose-override.yaml.j2")
+ENGINES_DIR = Path(cpu_twin.__file__).parent
+"""Mounted at ``/opt/servefleet-sim`` in containers that run a real engine (cpu_twin.py)."""
 INVENTORY_SUBDIR = Path("nodes") / "sim"
 PORTS = [8000, 8001]
 HEADER = ("# Written by `servefleet sim up` for a simulated node; `sim down` removes it.\n"
@@ -81,15 +84,52 @@ def write_gpu_readout(spec: NodeSpec, node: NodeLayout) -> None:
     node.gpu_json.write_text(json.dumps(gpu_readout(spec), indent=1) + "\n")
 
 
-def render_override(spec: NodeSpec, node: NodeLayout) -> str:
+def real_engine_facts(installs: dict[str, EngineInstall]) -> dict[str, dict[str, Any]]:
+    """Per real engine, what the override mounts and sets (all strings, for Jinja2)."""
+    facts: dict[str, dict[str, Any]] = {}
+    for name, install in sorted(installs.items()):
+        models = {model: str(path) for model, path in sorted(install.models.items())}
+        first = next(iter(models), "")
+        facts[name] = {
+            "version": install.version,
+            "root": str(install.root),
+            "entrypoint": json.dumps(list(install.entrypoint)),
+            "model": f"{MODELS_MOUNT}/{first}",
+            "models": models,
+            "env": dict(sorted(install.env.items())),
+        }
+    return facts
+
+
+def sim_engines_document(installs: dict[str, EngineInstall]) -> dict[str, Any]:
+    """The inventory's ``sim.engines``: what really runs and which boot facts it cannot
+    show (``servefleet.core.models.inventory.SimEngine``)."""
+    return {
+        name: {
+            "version": install.version,
+            "device": "cpu",
+            "unshown": sorted(cpu_twin.UNSHOWN.get(name, {})),
+            "why": (f"the real {name} {install.version} (CPU build, mounted at "
+                    f"{ENGINE_MOUNT}) serves a tiny twin of the profile's model; every flag "
+                    "it changes is listed at the top of the boot log "
+                    "(servefleet/sim/engines/cpu_twin.py)"),
+        }
+        for name, install in sorted(installs.items())
+    }
+
+
+def render_override(spec: NodeSpec, node: NodeLayout,
+                    installs: dict[str, EngineInstall] | None = None) -> str:
     """The node's override template: ``{% set %}`` lines with the node's facts, then the
     shared template, whose deployment variables stay for deploy time."""
-    facts = {
+    facts: dict[str, Any] = {
         "sim_gpu_name": spec.gpu.name,
         "sim_gpu_memory_gib": str(spec.gpu.memory_gib),
         "sim_unified_memory": "1" if spec.gpu.unified_memory else "0",
         "sim_compute_capability": spec.gpu.compute_capability,
         "sim_control_dir": str(node.control_dir),
+        "sim_engines_dir": str(ENGINES_DIR),
+        "sim_real_engines": real_engine_facts(installs or {}),
     }
     lines = [f"{{#- Simulated node {spec.name}: written by `servefleet sim up`. -#}}"]
     # A JSON string is a valid Jinja2 string literal for these plain values.
@@ -98,7 +138,8 @@ def render_override(spec: NodeSpec, node: NodeLayout) -> str:
 
 
 def node_document(spec: NodeSpec, node: NodeLayout, *, client_key: Path, host_key: str,
-                  override: Path) -> dict[str, Any]:
+                  override: Path, installs: dict[str, EngineInstall] | None = None,
+                  ) -> dict[str, Any]:
     """The node's inventory, in the inventory schema (``servefleet.core.models.inventory``)."""
     return {
         "name": spec.name,
@@ -126,7 +167,8 @@ def node_document(spec: NodeSpec, node: NodeLayout, *, client_key: Path, host_ke
         "ports": list(PORTS),
         "compose_overrides": [str(override)],
         "labels": {"simulated": "true"},
-        "sim": {"control_dir": str(node.control_dir)},
+        "sim": {"control_dir": str(node.control_dir),
+                "engines": sim_engines_document(installs or {})},
     }
 
 
@@ -137,17 +179,18 @@ def known_hosts_lines(spec: NodeSpec, host_key: str) -> list[str]:
 
 
 def write(project_dir: Path, nodes: list[tuple[NodeSpec, NodeLayout, str]],
-          client_key: Path) -> list[Path]:
-    """Write every node's files and the known_hosts; returns the paths written."""
+          client_key: Path, installs: dict[str, EngineInstall] | None = None) -> list[Path]:
+    """Write every node's files and the known_hosts; returns the paths written.
+    ``installs``: the real engines the nodes run (none: every engine is the stand-in)."""
     folder = inventory_dir(project_dir)
     folder.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     known: list[str] = []
     for spec, node, host_key in sorted(nodes, key=lambda item: item[0].index):
         override = override_file(project_dir, spec.name)
-        _write_if_changed(override, render_override(spec, node))
+        _write_if_changed(override, render_override(spec, node, installs))
         document = node_document(spec, node, client_key=client_key, host_key=host_key,
-                                 override=override)
+                                 override=override, installs=installs)
         path = node_file(project_dir, spec.name)
         _write_if_changed(path, HEADER + yaml.safe_dump(document, sort_keys=False, width=200))
         written += [override, path]

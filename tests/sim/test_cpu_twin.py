@@ -1,0 +1,86 @@
+"""How a profile's command line changes on a simulated node's CPU engine: every change is
+one rule of ``cpu_twin.py``, said in the boot log, and everything else passes unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from servefleet.sim.engines import cpu_twin
+
+TWIN = "/opt/servefleet-models/tiny-qwen3-moe"
+FP8 = ["Qwen/Qwen3.6-35B-A3B-FP8", "--served-model-name", "qwen36", "--port", "8000",
+       "--gpu-memory-utilization", "0.45", "--kv-cache-dtype", "fp8_e4m3",
+       "--attention-backend", "FLASHINFER", "--enable-prefix-caching",
+       "--speculative-config", '{"method":"qwen3_next_mtp","num_speculative_tokens":2}']
+
+
+def test_vllm_gpu_flags_become_cpu_flags() -> None:
+    args, notes = cpu_twin.rewrite("vllm", FP8, TWIN)
+    assert args == [TWIN, "--served-model-name", "qwen36", "--port", "8000",
+                    "--enable-prefix-caching", "--speculative-config",
+                    '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":4,'
+                    '"prompt_lookup_min":2}']
+    assert len(notes) == 5  # the model, three dropped flags, the speculative method
+    assert any(n.startswith("--attention-backend FLASHINFER dropped: ") for n in notes)
+    assert any("qwen3_next_mtp" in n and "ngram" in n for n in notes)
+
+
+def test_served_name_defaults_to_the_profiles_model_id() -> None:
+    args, _ = cpu_twin.rewrite("vllm", ["Qwen/Qwen3-8B", "--port=8001"], TWIN)
+    assert args == [TWIN, "--served-model-name", "Qwen/Qwen3-8B", "--port=8001"]
+
+
+def test_inline_values_and_kept_values() -> None:
+    args, notes = cpu_twin.rewrite("vllm", ["m", "--served-model-name", "x",
+                                            "--kv-cache-dtype=auto", "--quantization=fp8"],
+                                   TWIN)
+    assert args == [TWIN, "--served-model-name", "x", "--kv-cache-dtype=auto"]
+    assert [n.split(" ")[0] for n in notes] == ["model", "--quantization"]
+
+
+def test_llamacpp_model_becomes_the_twin() -> None:
+    gguf = "/opt/servefleet-models/tiny-qwen35moe.gguf"
+    args, notes = cpu_twin.rewrite("llama.cpp", ["-m", "/models/Q.gguf", "-c", "65536",
+                                                 "-ngl", "99", "-fa", "on"], gguf)
+    assert args == ["-m", gguf, "-c", "65536", "-ngl", "99", "-fa", "on"]
+    assert len(notes) == 1 and "test-llama-archs" in notes[0]
+
+
+def run_twin(tmp_path: Path, engine: str, args: list[str],
+             fault: str | None) -> subprocess.CompletedProcess[str]:
+    """Run cpu_twin.py as the container does, with ``echo`` standing for both engines."""
+    control = tmp_path / "control"
+    control.mkdir()
+    if fault is not None:
+        (control / "fault").write_text(fault + "\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("vllm", "real-engine"):
+        script = bin_dir / name
+        script.write_text("#!/bin/sh\necho \"$(basename \"$0\") $*\"\n")
+        script.chmod(0o755)
+    env = {**os.environ, "STANDIN_CONTROL_DIR": str(control),
+           "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "SIM_ENGINE_ENTRYPOINT": json.dumps([str(bin_dir / "real-engine")]),
+           "SIM_ENGINE_MODEL": TWIN, "SIM_ENGINE_VERSION": "0.32.0"}
+    return subprocess.run([sys.executable, cpu_twin.__file__, engine, *args], env=env,
+                          capture_output=True, text=True, check=True)
+
+
+def test_runs_the_real_engine_and_says_what_it_changed(tmp_path: Path) -> None:
+    out = run_twin(tmp_path, "vllm", ["Qwen/X", "--attention-backend", "FLASHINFER"], None)
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("servefleet-sim: the real vllm 0.32.0 (CPU build) runs")
+    assert any("--attention-backend FLASHINFER dropped" in line for line in lines)
+    assert lines[-1] == f"real-engine serve {TWIN} --served-model-name Qwen/X"
+
+
+def test_a_fault_marker_runs_the_stand_in(tmp_path: Path) -> None:
+    out = run_twin(tmp_path, "vllm", ["Qwen/X", "--port", "8000"], "kv_oom")
+    lines = out.stdout.splitlines()
+    assert "fault marker(s) kv_oom set" in lines[0]
+    assert lines[-1] == "vllm serve Qwen/X --port 8000"
