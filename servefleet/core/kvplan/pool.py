@@ -1,0 +1,180 @@
+"""vLLM's KV-pool arithmetic: page and block size, KV-cache groups, blocks per request, and
+the two numbers the boot log prints, in the engine version's own meaning.
+
+Follows vLLM 0.21.0 (same structure to 0.33.0): ``vllm/v1/kv_cache_interface.py`` (page
+sizes), ``vllm/platforms/interface.py _align_hybrid_block_size`` (hybrid block size),
+``vllm/v1/core/kv_cache_utils.py`` (grouping, ``num_blocks = avail // page // group_size``,
+``max_concurrency`` and ``GPU KV cache size``). The reported token count changed meaning at
+0.21.0: before, ``num_blocks // num_groups × block_size``; from 0.21.0,
+``int(max_concurrency × max_model_len)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servefleet.core.errors import ConfigError
+from servefleet.core.kvplan.modelconfig import ModelFacts
+
+GIB = 1024**3
+ALIGN = 16
+"""Smallest kernel block size (FlashInfer [16, 32, 64]; FlashAttention with float32 state)."""
+DENSE_BLOCK_SIZE = 16
+"""vLLM's default cache block size for attention-only models on CUDA."""
+TURBOQUANT_SLOT = {"turboquant_k8v4": 388, "turboquant_4bit_nc": 262, "turboquant_3bit_nc": 198}
+"""Bytes per KV head per token (K and V together), ``TQFullAttentionSpec`` slot sizes."""
+NEW_REPORT = (0, 21)
+"""From this version ``GPU KV cache size`` is ``int(max_concurrency × max_model_len)``."""
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division."""
+    return -(-a // b)
+
+
+def kv_bytes_per_token_layer(facts: ModelFacts, kv_dtype: str | None, tp: int = 1) -> int:
+    """Bytes one token takes in one attention layer for ``--kv-cache-dtype``."""
+    heads = max(1, facts.num_kv_heads // tp)
+    dtype = kv_dtype or "auto"
+    if dtype == "auto":
+        return heads * 2 * facts.head_dim * facts.dtype_bytes
+    if dtype in ("bfloat16", "float16"):
+        return heads * 2 * facts.head_dim * 2
+    if dtype in ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"):
+        return heads * 2 * facts.head_dim
+    if dtype in TURBOQUANT_SLOT:
+        return heads * TURBOQUANT_SLOT[dtype]
+    if dtype in ("int8_per_token_head", "fp8_per_token_head"):
+        return heads * 2 * facts.head_dim + 2 * heads * 4
+    raise ConfigError(f"vllm.kv_cache_dtype {dtype!r} is not modelled by the KV planner; "
+                      "plan with auto, fp8 or turboquant_{k8v4,4bit_nc,3bit_nc}")
+
+
+def state_page_bytes(facts: ModelFacts, num_spec: int, tp: int = 1) -> int:
+    """One Gated-DeltaNet layer's state (conv + temporal), ``MambaSpec`` page size."""
+    gdn = facts.gdn
+    assert gdn is not None
+    conv_dim = (gdn.k_dim * gdn.num_k_heads * 2 + gdn.v_dim * gdn.num_v_heads) // tp
+    conv = conv_dim * (gdn.conv_kernel - 1 + num_spec) * facts.dtype_bytes
+    temporal = (gdn.num_v_heads // tp) * gdn.v_dim * gdn.k_dim * gdn.ssm_dtype_bytes
+    return conv + temporal
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """How vLLM lays out the KV pool of one model with one set of flags."""
+
+    block_size: int
+    page_bytes: int
+    """Bytes of one block of one layer (every layer the same size in hybrids)."""
+    attention_layers: int
+    state_layers: int
+    group_size: int
+    attention_groups: int
+    state_groups: int
+    state_blocks: int
+    """Blocks one request holds per state group (1 + spec, or 2 + spec with prefix caching)."""
+    mamba_mode: str
+
+    @property
+    def num_groups(self) -> int:
+        return self.attention_groups + self.state_groups
+
+    @property
+    def padding_layers(self) -> int:
+        """Layers vLLM adds so every group has ``group_size`` layers ("Add N padding layers")."""
+        if not self.state_layers:
+            return 0
+        return self.num_groups * self.group_size - self.attention_layers - self.state_layers
+
+    @property
+    def bytes_per_block_row(self) -> int:
+        """Bytes that one pool block costs across the layers sharing it."""
+        return self.page_bytes * self.group_size
+
+    def blocks_per_request(self, max_model_len: int) -> int:
+        """Blocks one ``max_model_len`` request needs across every group."""
+        return (self.attention_groups * cdiv(max_model_len, self.block_size)
+                + self.state_groups * self.state_blocks)
+
+    def describe(self) -> str:
+        """One line for notes: block, page, groups."""
+        if not self.state_layers:
+            return (f"block {self.block_size} tokens, {self.attention_layers} attention layers, "
+                    f"{self.page_bytes} B per layer block")
+        pad = f", {self.padding_layers} padding layers" if self.padding_layers else ""
+        return (f"block {self.block_size} tokens, page {self.page_bytes:,} B, "
+                f"{self.attention_layers} attention + {self.state_layers} GDN layers in "
+                f"{self.num_groups} groups of {self.group_size}{pad}, mamba cache "
+                f"'{self.mamba_mode}' ({self.state_blocks} state blocks per group per request)")
+
+
+def layout(facts: ModelFacts, *, kv_dtype: str | None, num_spec: int = 0, mtp: bool = False,
+           prefix_caching: bool = False, tp: int = 1,
+           version: tuple[int, ...] = (0, 21)) -> PoolLayout:
+    """The pool layout of ``facts`` with these engine settings."""
+    per_token = kv_bytes_per_token_layer(facts, kv_dtype, tp)
+    # MTP draft layers are full-attention layers of the target model's KV pool.
+    attention = facts.full_attention_layers + (facts.mtp_layers if mtp else 0)
+    if not facts.hybrid:
+        return PoolLayout(block_size=DENSE_BLOCK_SIZE, page_bytes=DENSE_BLOCK_SIZE * per_token,
+                          attention_layers=attention, state_layers=0, group_size=attention,
+                          attention_groups=1, state_groups=0, state_blocks=0, mamba_mode="none")
+    state = facts.linear_layers
+    block = ALIGN * cdiv(state_page_bytes(facts, num_spec, tp), ALIGN * per_token)
+    small, large = min(attention, state), max(attention, state)
+    group = large if large < 1.5 * small else small
+    mode = "align" if prefix_caching else "none"
+    state_blocks = (2 if prefix_caching else 1) + num_spec
+    if prefix_caching and version >= (0, 33):
+        state_blocks += 1  # 0.33: one prefill checkpoint block per GDN group
+    return PoolLayout(block_size=block, page_bytes=block * per_token, attention_layers=attention,
+                      state_layers=state, group_size=group,
+                      attention_groups=cdiv(attention, group), state_groups=cdiv(state, group),
+                      state_blocks=state_blocks, mamba_mode=mode)
+
+
+@dataclass(frozen=True)
+class PoolFigures:
+    """What the boot log will print for a given KV budget."""
+
+    num_blocks: int
+    max_concurrency: float
+    kv_cache_tokens: int
+    """``GPU KV cache size`` in the engine version's meaning."""
+    max_model_len: int
+
+
+def reported_tokens(lay: PoolLayout, num_blocks: int, max_model_len: int,
+                    version: tuple[int, ...]) -> int:
+    """``GPU KV cache size`` for ``num_blocks`` in the meaning of ``version``."""
+    if version >= NEW_REPORT:
+        return int(num_blocks / lay.blocks_per_request(max_model_len) * max_model_len)
+    return num_blocks // lay.num_groups * lay.block_size
+
+
+def figures(lay: PoolLayout, available_bytes: float, max_model_len: int,
+            version: tuple[int, ...]) -> PoolFigures:
+    """The pool that ``available_bytes`` of KV memory gives."""
+    blocks = max(0, int(available_bytes) // lay.page_bytes // lay.group_size)
+    return PoolFigures(num_blocks=blocks,
+                       max_concurrency=blocks / lay.blocks_per_request(max_model_len),
+                       kv_cache_tokens=reported_tokens(lay, blocks, max_model_len, version),
+                       max_model_len=max_model_len)
+
+
+def bytes_for(lay: PoolLayout, *, max_model_len: int, version: tuple[int, ...],
+              tokens: int | None = None, concurrency: float | None = None) -> int:
+    """The least KV memory whose pool reaches ``tokens`` (as reported) or ``concurrency``."""
+    per = lay.blocks_per_request(max_model_len)
+    if concurrency is not None:
+        blocks = cdiv(round(concurrency * per * 1000), 1000)
+    else:
+        assert tokens is not None
+        if version >= NEW_REPORT:
+            blocks = cdiv(tokens * per, max_model_len)
+        else:
+            blocks = cdiv(tokens, lay.block_size) * lay.num_groups
+    while reported_tokens(lay, blocks, max_model_len, version) < (tokens or 0):
+        blocks += 1
+    return blocks * lay.bytes_per_block_row

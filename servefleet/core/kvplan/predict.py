@@ -1,0 +1,164 @@
+"""Predict a vLLM profile's KV pool on a node before it boots.
+
+Budget (vLLM ``request_memory``/``determine_available_memory``): the engine may take
+``total × gpu_memory_utilization``; the KV pool gets what weights, the activation peak,
+non-torch allocations and (from 0.20) the CUDA-graph estimate leave. Weights come from the
+profile; the rest is either *calibrated* from a measured run of the same model on the node
+(``non_kv = total × util − weights − available_kv``, worked back from its printed pool) or
+*estimated* with a fixed overhead, which is much rougher and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servefleet.core.kvplan.modelconfig import ModelFacts
+from servefleet.core.kvplan.pool import GIB, PoolFigures, PoolLayout, bytes_for, figures, layout
+from servefleet.core.models import Node, Profile
+
+DEFAULT_OVERHEAD_GIB = 5.0
+"""Activation peak + non-torch + CUDA-graph estimate when nothing was measured: the
+Qwen3.6 runs on GB10 left 5.4–6.6 GiB (0.25.1 at 2048 batched tokens; seed 001 at 16384)."""
+MTP_WEIGHTS_GIB = 0.79
+"""Extra weights MTP loads for Qwen3.6-35B-A3B-FP8 (seed 001: 35.02 GiB vs 34.23 GiB)."""
+UMA_SAFE_HEADROOM_GIB = 8.0
+"""Host memory a GB10 keeps for the OS, page cache and containers (vLLM DGX Spark guide)."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A measured boot of the same model on the node."""
+
+    profile: Profile
+    """The profile that booted."""
+    kv_cache_tokens: int
+    """The ``GPU KV cache size`` it printed."""
+    source: str
+    """Where the figure came from (baseline file, day), for messages."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A profile's memory and KV pool on one node."""
+
+    total_gib: float
+    utilization: float
+    weights_gib: float
+    non_kv_gib: float
+    """Activation peak + non-torch + CUDA-graph estimate."""
+    available_kv_gib: float
+    layout: PoolLayout
+    pool: PoolFigures
+    calibrated: bool
+    how: str
+    """How the budget was obtained, one clause."""
+    host_headroom_gib: float | None
+    """Unified memory: what the host keeps after the engine's share (``None`` otherwise)."""
+
+    def summary(self) -> str:
+        """``KV pool ≈ 1.08M tokens, concurrency at 131,072 ≈ 8.2×``."""
+        return (f"KV pool ≈ {_tokens(self.pool.kv_cache_tokens)} tokens, concurrency at "
+                f"{self.pool.max_model_len:,} ≈ {self.pool.max_concurrency:.1f}×")
+
+
+def _tokens(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1e6:.2f}M"
+    if n >= 10_000:
+        return f"{n / 1e3:.0f}k"
+    return f"{n:,}"
+
+
+def _settings(profile: Profile) -> tuple[float, int, int]:
+    vllm = profile.vllm
+    assert vllm is not None
+    default_util = 0.92 if profile.version >= (0, 20) else 0.9
+    util = vllm.gpu_memory_utilization or default_util
+    max_len = vllm.max_model_len or profile.model.native_context or 0
+    return util, max_len, vllm.tensor_parallel_size or 1
+
+
+def profile_layout(facts: ModelFacts, profile: Profile) -> PoolLayout:
+    """The pool layout of ``profile``'s flags (prefix caching default: on from 0.26)."""
+    vllm = profile.vllm
+    assert vllm is not None
+    spec = vllm.speculative
+    prefix = vllm.enable_prefix_caching
+    if prefix is None:
+        prefix = not facts.hybrid or profile.version >= (0, 26)
+    return layout(facts, kv_dtype=vllm.kv_cache_dtype, tp=vllm.tensor_parallel_size or 1,
+                  num_spec=spec.num_speculative_tokens if spec else 0,
+                  mtp=bool(spec and spec.is_mtp), prefix_caching=bool(prefix),
+                  version=profile.version)
+
+
+def weights_gib(profile: Profile) -> float:
+    """Weights per GPU, with MTP heads when MTP is on."""
+    weights = profile.model.weights_gib or 0.0
+    spec = profile.speculative
+    if spec is not None and spec.is_mtp:
+        weights += MTP_WEIGHTS_GIB
+    return weights / (profile.vllm.tensor_parallel_size or 1 if profile.vllm else 1)
+
+
+def measured_available_gib(facts: ModelFacts, calibration: Calibration) -> float:
+    """The KV memory a measured pool implies (its printed tokens, worked back)."""
+    profile = calibration.profile
+    _, max_len, _ = _settings(profile)
+    lay = profile_layout(facts, profile)
+    return bytes_for(lay, max_model_len=max_len, version=profile.version,
+                     tokens=calibration.kv_cache_tokens) / GIB
+
+
+def predict(facts: ModelFacts, profile: Profile, node: Node,
+            calibration: Calibration | None = None) -> Prediction:
+    """Predict ``profile``'s pool on ``node``; calibrated when a measured run is given."""
+    util, max_len, _ = _settings(profile)
+    total = node.primary_gpu.memory_gib
+    weights = weights_gib(profile)
+    if calibration is not None:
+        base_util, _, _ = _settings(calibration.profile)
+        available = measured_available_gib(facts, calibration)
+        non_kv = total * base_util - weights_gib(calibration.profile) - available
+        how = (f"calibrated on {calibration.source}: {calibration.kv_cache_tokens:,} tokens "
+               f"→ {available:.2f} GiB KV, {non_kv:.2f} GiB activations/graphs")
+        calibrated = True
+    else:
+        non_kv = DEFAULT_OVERHEAD_GIB
+        how = (f"estimated (no measured run on {node.name}): {DEFAULT_OVERHEAD_GIB:g} GiB "
+               "assumed for activations and graphs; ±15%")
+        calibrated = False
+    available = total * util - weights - non_kv
+    lay = profile_layout(facts, profile)
+    pool = figures(lay, max(available, 0.0) * GIB, max_len, profile.version)
+    headroom = None
+    if node.unified_memory:
+        host = node.host_memory_gib or total
+        headroom = host - total * util
+    return Prediction(total_gib=total, utilization=util, weights_gib=weights, non_kv_gib=non_kv,
+                      available_kv_gib=available, layout=lay, pool=pool, calibrated=calibrated,
+                      how=how, host_headroom_gib=headroom)
+
+
+def with_settings(profile: Profile, **changes: object) -> Profile:
+    """``profile`` with some vLLM settings changed (for solving)."""
+    assert profile.vllm is not None
+    return profile.model_copy(update={"vllm": profile.vllm.model_copy(update=changes)})
+
+
+def solve_utilization(facts: ModelFacts, profile: Profile, node: Node, *,
+                      calibration: Calibration | None = None, tokens: int | None = None,
+                      concurrency: float | None = None) -> tuple[float, Prediction]:
+    """The smallest ``gpu_memory_utilization`` (0.01 steps) whose predicted pool reaches
+    ``tokens`` or ``concurrency``; ``ValueError`` when even 0.99 does not."""
+    for hundredths in range(5, 100):
+        util = hundredths / 100
+        found = predict(facts, with_settings(profile, gpu_memory_utilization=util), node,
+                        calibration)
+        reached = (found.pool.kv_cache_tokens >= tokens if tokens is not None
+                   else found.pool.max_concurrency >= (concurrency or 0))
+        if reached:
+            return util, found
+    raise ValueError("not reachable below gpu_memory_utilization 1.0")
+
+
