@@ -120,7 +120,33 @@ def sim_fleet(sim_requirements: None, sim_standin_dir: Path) -> Iterator[FleetHa
         handle = testbed.acquire(REPO_ROOT, config)
     except SimError as error:
         component_unavailable(f"the simulated fleet did not start: {error}")
+    # Rollout mechanics (locks, uploads, restores, faults) are tested on the stand-in, whose
+    # boots take seconds; tests of the real engines ask for them (``real_engines``).
+    for name in handle.nodes:
+        handle.run_standin(name)
     try:
         yield handle
     finally:
+        for name in handle.nodes:
+            handle.run_standin(name, ())
         testbed.release(handle)
+
+
+@pytest.fixture
+def real_engines(sim_fleet: FleetHandle) -> Iterator[FleetHandle]:
+    """The fleet with the real engines (CPU builds) on every node for this test; a machine
+    where they cannot be built or installed fails (CI) / skips here."""
+    from servefleet.core.errors import SimError
+    from servefleet.sim.engines.ensure import ENGINE_NAMES, ensure_engines
+
+    try:
+        ensure_engines(ENGINE_NAMES, lambda _: None)
+    except SimError as error:
+        component_unavailable(f"the real engines are not ready: {error}")
+    for name in sim_fleet.nodes:
+        sim_fleet.run_standin(name, ())
+    try:
+        yield sim_fleet
+    finally:
+        for name in sim_fleet.nodes:
+            sim_fleet.run_standin(name)

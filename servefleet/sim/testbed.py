@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from servefleet.core.errors import SimError
 from servefleet.sim import fleet, inventory, state
+from servefleet.sim.engines import cpu_twin
 from servefleet.sim.fleet import FleetConfig
 from servefleet.sim.layout import NodeLayout
 from servefleet.sim.programs import find_program
@@ -92,6 +94,16 @@ class FleetHandle:
     def node_files(self, name: str) -> NodeLayout:
         """Where node ``name`` keeps its files (control folder, base folder, …)."""
         return self.config.layout.node(name)
+
+    def run_standin(self, name: str, engines: Iterable[str] = ("vllm", "llama.cpp")) -> None:
+        """From the next engine start on, node ``name`` runs ``engines`` as the stand-in
+        (none: every engine that has a real build runs for real)."""
+        marker = self.node_files(name).control_dir / cpu_twin.STANDIN_FILE
+        wanted = sorted(set(engines))
+        if wanted:
+            marker.write_text("\n".join(wanted) + "\n")
+        else:
+            marker.unlink(missing_ok=True)
 
     def ssh_argv(self, name: str, command: str) -> list[str]:
         """The real ``ssh`` client's argv for ``command`` on node ``name``."""

@@ -139,13 +139,28 @@ def rewrite(engine: str, args: list[str], model: str) -> tuple[list[str], list[s
     return out, notes
 
 
-def fault_words(control_dir: str) -> list[str]:
-    """The fault markers set for this node (one word per line of ``fault``)."""
+STANDIN_FILE = "standin"
+"""In the node's control folder: engines (one per line) the test bed wants run as the
+stand-in although a real one is mounted: tests of rollout mechanics, which need boots of
+seconds, not the real vLLM's minute on two cores."""
+
+
+def _words(control_dir: str, name: str) -> list[str]:
     try:
-        with open(os.path.join(control_dir, "fault"), encoding="utf-8") as handle:
+        with open(os.path.join(control_dir, name), encoding="utf-8") as handle:
             return [w.strip() for w in handle.read().split() if w.strip()]
     except OSError:
         return []
+
+
+def fault_words(control_dir: str) -> list[str]:
+    """The fault markers set for this node (one word per line of ``fault``)."""
+    return _words(control_dir, "fault")
+
+
+def standin_wanted(control_dir: str, engine: str) -> bool:
+    """Whether the test bed asked for the stand-in ``engine`` on this node."""
+    return engine in _words(control_dir, STANDIN_FILE)
 
 
 def main(argv: list[str]) -> int:
@@ -154,10 +169,15 @@ def main(argv: list[str]) -> int:
         print(f"{MARK} usage: cpu_twin.py vllm|llama.cpp ARGS…", file=sys.stderr)
         return 2
     engine, args = argv[0], argv[1:]
-    faults = fault_words(os.environ.get("STANDIN_CONTROL_DIR", "/standin-control"))
+    control = os.environ.get("STANDIN_CONTROL_DIR", "/standin-control")
+    faults = fault_words(control)
     if faults:
         print(f"{MARK} fault marker(s) {', '.join(faults)} set: the stand-in engine runs, "
               "as only it can show them here", flush=True)
+        command = [*STANDIN[engine], *args]
+    elif standin_wanted(control, engine):
+        print(f"{MARK} the test bed asked for the stand-in {engine} on this node "
+              f"({STANDIN_FILE} in the control folder)", flush=True)
         command = [*STANDIN[engine], *args]
     else:
         entry = json.loads(os.environ["SIM_ENGINE_ENTRYPOINT"])
