@@ -1,0 +1,115 @@
+"""Every KV figure we hold for Qwen3.6-35B-A3B, with its inputs: predicted vs printed.
+
+Rows come from the real boot logs in the shared fixtures and from the operators' notes
+(seed 001: DGX Spark, seed 003: RTX 5090). Where the source prints the KV memory
+("Available KV cache memory" or the "KV cache" column), that is the budget and the row
+checks the layout arithmetic; where it does not, the row is predicted from another measured
+run of the same node (calibrated) and checks the budget model too. ``bench/bench_kvplan.py``
+prints the table; tests assert each row within ``TOLERANCE`` or that it is reported as not
+modelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servefleet.core.kvplan.modelconfig import ModelFacts
+from servefleet.core.kvplan.pool import GIB, bytes_for, figures, layout
+
+TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class Row:
+    """One printed KV figure and what produced it."""
+
+    source: str
+    version: tuple[int, ...]
+    kv_dtype: str
+    max_model_len: int
+    num_spec: int
+    mtp: bool
+    prefix_caching: bool
+    printed_tokens: int
+    printed_concurrency: float | None
+    available_gib: float | None = None
+    """Printed KV memory; ``None``: predicted from ``calibrate_on``."""
+    calibrate_on: tuple[str, int, float] | None = None
+    """(row label, printed tokens, weights delta GiB) of the measured run this one is
+    predicted from, same node and utilization."""
+    not_modelled: str | None = None
+    """Why the planner cannot predict this row (reported, not hidden)."""
+
+
+ROWS: tuple[Row, ...] = (
+    Row("fixture vllm-0.25.1-gb10-qwen3.6-35b-a3b-nvfp4-mtp-17.log: util 0.85, MTP 3",
+        (0, 25, 1), "auto", 262144, 3, True, False, 3_366_051, 12.84, available_gib=74.22),
+    Row("seed 003 RTX 5090 main fp8_e4m3 @32K, util 0.93", (0, 20), "fp8_e4m3", 32768, 0,
+        False, False, 119_472, 12.16, available_gib=4.63),
+    Row("seed 003 RTX 5090 main turboquant_4bit_nc @32K, util 0.93", (0, 20),
+        "turboquant_4bit_nc", 32768, 0, False, False, 249_856, 22.45, available_gib=4.94),
+    Row("seed 003 RTX 5090 fp8-head fp8_e4m3 @32K, util 0.93", (0, 20), "fp8_e4m3", 32768, 0,
+        False, False, 132_048, 13.42, available_gib=5.10),
+    Row("seed 003 RTX 5090 fp8-head turboquant_4bit_nc @32K, util 0.93", (0, 20),
+        "turboquant_4bit_nc", 32768, 0, False, False, 274_432, 24.55, available_gib=5.41),
+    Row("seed 003 RTX 5090 main turboquant_4bit_nc @262K, util 0.95, prefix caching", (0, 21),
+        "turboquant_4bit_nc", 262144, 0, False, True, 1_022_361, 3.90, available_gib=5.48),
+    Row("seed 003 RTX 5090 main fp8_e4m3 @262K, util 0.95, prefix caching", (0, 21),
+        "fp8_e4m3", 262144, 0, False, True, 492_512, 1.88, available_gib=4.97),
+    Row("seed 001 GB10 Qwen3.6-FP8 MTP 2 @131K, util 0.45 (from the MTP-off run, 360k)",
+        (0, 19, 1), "fp8_e4m3", 131072, 2, True, True, 323_456, 8.24,
+        calibrate_on=("seed 001 GB10 MTP off, ~360k tokens", 360_000, 0.79)),
+    Row("seed 001 GB10 Qwen3.6-FP8 MTP off @131K, util 0.45 (from the MTP run, 323,456)",
+        (0, 19, 1), "fp8_e4m3", 131072, 0, False, True, 360_000, None,
+        calibrate_on=("seed 001 GB10 MTP 2, 323,456 tokens", 323_456, -0.79)),
+    Row("fixture vllm-0.20.1.dev0-gb10-qwen3.6-35b-a3b-nvfp4-dflash-05.log: DFlash 15",
+        (0, 20, 1), "auto", 262144, 15, False, True, 582_832, 4.71, available_gib=62.31,
+        not_modelled=("the DFlash drafter's own attention layers join the pool (the log adds "
+                      "2 then 6 padding layers) and its config.json is not pinned")),
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    """A row with its prediction."""
+
+    row: Row
+    predicted_tokens: int | None
+    predicted_concurrency: float | None
+    note: str
+
+    @property
+    def error(self) -> float | None:
+        """Relative error of the token figure."""
+        if self.predicted_tokens is None:
+            return None
+        return (self.predicted_tokens - self.row.printed_tokens) / self.row.printed_tokens
+
+
+def evaluate(facts: ModelFacts, row: Row) -> Result:
+    """Predict one row."""
+    if row.not_modelled:
+        return Result(row, None, None, f"not modelled: {row.not_modelled}")
+    lay = layout(facts, kv_dtype=row.kv_dtype, num_spec=row.num_spec, mtp=row.mtp,
+                 prefix_caching=row.prefix_caching, version=row.version)
+    if row.available_gib is not None:
+        available = row.available_gib * GIB
+        note = f"budget {row.available_gib} GiB printed; {lay.describe()}"
+    else:
+        assert row.calibrate_on is not None
+        label, tokens, weights_delta = row.calibrate_on
+        other = layout(facts, kv_dtype=row.kv_dtype,
+                       num_spec=0 if row.mtp else 2, mtp=not row.mtp,
+                       prefix_caching=row.prefix_caching, version=row.version)
+        measured = bytes_for(other, max_model_len=row.max_model_len, version=row.version,
+                             tokens=tokens)
+        available = measured - weights_delta * GIB
+        note = (f"calibrated on {label}: {measured / GIB:.2f} GiB KV, weights "
+                f"{weights_delta:+.2f} GiB; {lay.describe()}")
+    pool = figures(lay, available, row.max_model_len, row.version)
+    return Result(row, pool.kv_cache_tokens, pool.max_concurrency, note)
+
+
+def table(facts: ModelFacts) -> list[Result]:
+    """Every row, predicted."""
+    return [evaluate(facts, row) for row in ROWS]
