@@ -17,6 +17,7 @@ from servefleet.cli.logs import logs_group
 from servefleet.cli.nodes import keyscan_command, probe_command
 from servefleet.cli.render import diff_profiles_command, render_command, show_command
 from servefleet.cli.sim import sim
+from servefleet.cli.tune import tune_command
 from servefleet.cli.validate import validate_command
 
 ALL: list[click.Command] = [
@@ -34,5 +35,6 @@ ALL: list[click.Command] = [
     nightly_group,
     probe_command,
     keyscan_command,
+    tune_command,
     sim,
 ]

@@ -131,3 +131,11 @@ def load_pinned(profiles_dir: Path, file: str, sha256: str) -> ModelFacts:
     if not isinstance(config, dict):
         raise ConfigError(f"{where}: not a JSON object; use the checkpoint's config.json")
     return facts_from_config(config, f"{where} (sha256 {digest[:12]})")
+
+
+def facts_for_profile(profiles_dir: Path, profile: Any) -> ModelFacts | None:
+    """The pinned config of ``profile`` (``model.config``), or ``None`` when it has none."""
+    ref = profile.model.config
+    if ref is None:
+        return None
+    return load_pinned(profiles_dir, ref.file, ref.sha256)

@@ -15,6 +15,7 @@ from servefleet.core.rules import (
     quantization,
     serving,
     speculative,
+    unified_headroom,
 )
 from servefleet.core.rules.base import (
     Finding,
@@ -28,6 +29,7 @@ from servefleet.core.rules.base import (
 
 RULE_MODULES: tuple[ModuleType, ...] = (
     kvcache, quantization, serving, speculative, flags, llamacpp, hardware, memory, node,
+    unified_headroom,
 )
 """Modules whose :class:`Rule` objects make up the rule set, in report order."""
 

@@ -1,0 +1,64 @@
+"""``servefleet tune``: solve a vLLM profile's ``gpu_memory_utilization`` for a KV-pool or
+concurrency target on one node, and print the overlay profile that sets it."""
+
+from __future__ import annotations
+
+import click
+import yaml
+
+from servefleet.cli.main import CliContext
+from servefleet.core.errors import ConfigError
+from servefleet.core.kvplan import predict, solve_utilization
+from servefleet.core.kvplan.modelconfig import facts_for_profile
+from servefleet.core.project import PROFILES_DIR, load_nodes, load_profiles
+
+
+@click.command("tune")
+@click.argument("profile_name", metavar="PROFILE")
+@click.option("--node", "node_name", required=True, help="Node the profile runs on.")
+@click.option("--target-kv-tokens", type=click.IntRange(1), help="KV pool wanted (as printed).")
+@click.option("--target-concurrency", type=click.FloatRange(0, min_open=True),
+              help="Requests of max_model_len tokens that must fit at once.")
+@click.pass_obj
+def tune_command(obj: CliContext, profile_name: str, node_name: str,
+                 target_kv_tokens: int | None, target_concurrency: float | None) -> None:
+    """Print a profile overlay (extends PROFILE) with the gpu_memory_utilization that reaches
+    the target on NODE, with the prediction it rests on."""
+    if (target_kv_tokens is None) == (target_concurrency is None):
+        raise click.UsageError("give exactly one of --target-kv-tokens or --target-concurrency")
+    profiles, _, _, problems = load_profiles(obj.project_dir)
+    nodes, _, node_problems = load_nodes(obj.project_dir)
+    if profile_name not in profiles:
+        raise ConfigError(problems or f"no profile {profile_name!r} in profiles/")
+    if node_name not in nodes:
+        raise ConfigError(node_problems or f"no node {node_name!r} in nodes/")
+    profile, node = profiles[profile_name], nodes[node_name]
+    if profile.vllm is None:
+        raise ConfigError(f"profiles/{profile_name}.yaml: engine {profile.engine}: tune plans "
+                          "vLLM's KV pool only")
+    facts = facts_for_profile(obj.project_dir / PROFILES_DIR, profile)
+    if facts is None:
+        raise ConfigError(f"profiles/{profile_name}.yaml: field model.config is not set; pin the "
+                          "checkpoint's config.json (profiles/models/) to plan its KV pool")
+    now = predict(facts, profile, node)
+    try:
+        util, found = solve_utilization(facts, profile, node, tokens=target_kv_tokens,
+                                        concurrency=target_concurrency)
+    except ValueError:
+        raise ConfigError(
+            f"profiles/{profile_name}.yaml: no gpu_memory_utilization below 1.0 reaches the "
+            f"target on {node_name} ({now.summary()} at {now.utilization:g}); lower "
+            "max_model_len, use a smaller KV dtype or another node") from None
+    lines = [
+        f"# {profile_name} on {node_name}: now {now.summary()} at {now.utilization:g}",
+        f"# tuned: {found.summary()} at {util:g}; {found.available_kv_gib:.2f} GiB KV",
+        f"# budget {found.how}",
+        f"# layout: {found.layout.describe()}",
+    ]
+    if found.host_headroom_gib is not None:
+        lines.append(f"# unified memory: {found.host_headroom_gib:.1f} GiB left to the host")
+    click.echo("\n".join(lines))
+    overlay = {"extends": profile_name,
+               "description": f"{profile_name} tuned for {node_name} by servefleet tune",
+               "vllm": {"gpu_memory_utilization": util}}
+    click.echo(yaml.safe_dump(overlay, sort_keys=False, allow_unicode=True), nl=False)
