@@ -46,8 +46,21 @@ class RemoteError(ServefleetError):
         super().__init__(f"{node}: {what}{detail}{tail}")
 
 
+class CommandTimedOut(RemoteError):
+    """A command on a node ran past its timeout and was stopped there (not a dropped
+    connection: it is never retried)."""
+
+
+class ConnectionLost(RemoteError):
+    """The SSH connection dropped while a command ran or a log streamed."""
+
+
 class HostKeyMismatch(ServefleetError):
     """The node presented a host key other than the one pinned in the inventory."""
+
+
+class HostKeyTypeNotPinned(HostKeyMismatch):
+    """The node offers only host-key types of which the inventory pins none."""
 
 
 class UnreachableNode(ServefleetError):
