@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,6 +250,62 @@ def _deployment_where(path: str, one_line: bool) -> Callable[[tuple[Any, ...]], 
     return where
 
 
+# Config keys that name a credential, in any namespace (aws:secretKey, servefleet:apiKey…).
+_SECRET_KEY_RE = re.compile(r"(token|secret|password|passwd|credential|api_?key|private_?key)",
+                            re.IGNORECASE)
+# Values shaped like a credential whatever the key: Hugging Face, OpenAI-style and GitHub
+# tokens, and PEM private keys.
+_SECRET_VALUE_RE = re.compile(r"^(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,}|gh[pousr]_[A-Za-z0-9]{8,}"
+                              r"|-----BEGIN [A-Z ]*PRIVATE KEY-----)")
+
+
+def _is_secure(value: Any) -> bool:
+    """A Pulumi-encrypted config value: ``{secure: <ciphertext>}``."""
+    return isinstance(value, dict) and set(value) == {"secure"} and isinstance(
+        value["secure"], str)
+
+
+def _secret_hint(key: str) -> str:
+    return f"pulumi config set --secret {key} …"
+
+
+def _plaintext_secrets(config: dict[str, Any], source: str) -> list[str]:
+    """Credentials written in clear into a (committed) stack file; values are never shown."""
+    problems: list[str] = []
+    for key, value in config.items():
+        if not isinstance(key, str) or _is_secure(value):
+            continue
+        shown = key if key.isprintable() else repr(key)
+        bare = key.split(":", 1)[-1]
+        secret_key = (key.startswith(f"{CONFIG_NS}secretEnv.")
+                      or (key.startswith(CONFIG_NS) and bare in SECRET_KEYS)
+                      or bool(_SECRET_KEY_RE.search(bare)))
+        if secret_key:
+            if value is None or value == "":
+                continue
+            problems.append(f"{source}: {shown}: a secret is stored in plain text in the stack "
+                            "file (which is committed to git); remove the line and run "
+                            f"`{_secret_hint(key)}` so Pulumi stores it encrypted "
+                            "(secure: …)")
+            continue
+        leaked = [v for v in _strings(value) if _SECRET_VALUE_RE.match(v)]
+        if leaked:
+            problems.append(f"{source}: {shown}: holds a value that looks like a credential "
+                            "(a token or private key) in plain text; remove it and keep it as "
+                            f"a Pulumi secret (`{_secret_hint(key)}`)")
+    return problems
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
 # Stack settings other than profiles and secrets: model field → key after "servefleet:".
 _STACK_KEYS = {"strategy": "strategy", "keep_releases": "keepReleases"}
 
@@ -271,13 +328,20 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
     if not isinstance(config, dict):
         return None, rel, [f"{rel}: expected a 'config:' mapping"]
     deployments, problems = _deployments_from_config(config, rel)
+    problems = [*_plaintext_secrets(config, rel), *problems]
     secret_names = [env for key, env in SECRET_KEYS.items() if f"{CONFIG_NS}{key}" in config]
-    known = [*_STACK_KEYS.values(), "profiles", *SECRET_KEYS]
+    # forceUnlock (node -> lock id) is read by the Pulumi program, not by the CLI.
+    known = [*_STACK_KEYS.values(), "profiles", "forceUnlock", *SECRET_KEYS]
     for key in config:
         if not isinstance(key, str) or not key.startswith(CONFIG_NS):
             continue  # other providers' settings (aws:region…) are Pulumi's business
         if key.startswith(f"{CONFIG_NS}secretEnv."):
-            secret_names.append(key.split(".", 1)[1])
+            name = key.split(".", 1)[1]
+            if not re.match(r"^[A-Z_][A-Z0-9_]*\Z", name):
+                problems.append(f"{rel}: {key!r}: {name!r} is not an environment variable name "
+                                "(A-Z, 0-9, _); rename the key")
+                continue
+            secret_names.append(name)
         elif key[len(CONFIG_NS):].split(".", 1)[0] not in known:
             shown = key if key.isprintable() and " " not in key else repr(key)
             problems.append(f"{rel}: {shown}: unknown setting (known: "

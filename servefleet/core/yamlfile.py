@@ -3,7 +3,10 @@
 Profiles and inventories come from git, but a hostile or broken file must fail with one
 clear line and cost nothing: the size is capped before parsing, anchors and aliases are
 refused (the "billion laughs" alias bomb needs them; ``extends:`` is the way to share
-settings), duplicate keys are refused, and nesting depth is bounded.
+settings), duplicate keys are refused, nesting depth is bounded, and numbers longer than
+:data:`MAX_NUMBER_CHARS` are refused before Python turns them into an int (which raises past
+4300 digits, and no setting needs more than a few). Only regular files are read, and never
+more than the cap, whatever size the file system reports (``/dev/zero``, a FIFO).
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from typing import Any
 import yaml
 
 from servefleet.core.errors import ConfigError
+from servefleet.core.readfile import FileRefused, read_regular_file
 
 MAX_BYTES = 256 * 1024
 MAX_DEPTH = 32
+MAX_NUMBER_CHARS = 64
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -52,6 +57,22 @@ class _StrictLoader(yaml.SafeLoader):
         finally:
             self._nesting -= 1
 
+    def construct_yaml_int(self, node: Any) -> Any:
+        if len(str(node.value)) > MAX_NUMBER_CHARS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a number of {len(str(node.value))} characters is longer than "
+                f"{MAX_NUMBER_CHARS}; no setting needs one: check the value", node.start_mark,
+            )
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node: Any) -> Any:
+        if len(str(node.value)) > MAX_NUMBER_CHARS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a number of {len(str(node.value))} characters is longer than "
+                f"{MAX_NUMBER_CHARS}; no setting needs one: check the value", node.start_mark,
+            )
+        return super().construct_yaml_float(node)
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: set[Any] = set()
         for key_node, _ in node.value:
@@ -74,6 +95,10 @@ class _StrictLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
 
 
 def _depth(value: Any, level: int = 0) -> int:
@@ -117,16 +142,14 @@ def parse_yaml(text: str, source: str) -> Any:
 
 
 def read_yaml(path: Path, display: str | None = None) -> Any:
-    """Read and parse one YAML file; the size is checked before reading it whole."""
+    """Read and parse one YAML file: a regular file, read up to the cap and no further."""
     source = display or str(path)
     try:
-        size = path.stat().st_size
-    except OSError as error:
-        raise ConfigError(f"{source}: cannot read ({error.strerror})") from None
-    if size > MAX_BYTES:
-        raise _too_large(source, size)
+        data = read_regular_file(path, MAX_BYTES)
+    except FileRefused as error:
+        raise ConfigError(f"{source}: {error}") from None
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{source}: not UTF-8 text") from None
     return parse_yaml(text, source)

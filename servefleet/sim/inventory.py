@@ -190,7 +190,8 @@ def write(project_dir: Path, nodes: list[tuple[NodeSpec, NodeLayout, str]],
         override = override_file(project_dir, spec.name)
         _write_if_changed(override, render_override(spec, node, installs))
         document = node_document(spec, node, client_key=client_key, host_key=host_key,
-                                 override=override, installs=installs)
+                                 override=override.relative_to(project_dir),
+                                 installs=installs)
         path = node_file(project_dir, spec.name)
         _write_if_changed(path, HEADER + yaml.safe_dump(document, sort_keys=False, width=200))
         written += [override, path]

@@ -170,7 +170,8 @@ CASES: list[tuple[str, Mutation, str]] = [
      "profiles/child.yaml: patches[0]: 'file' must be relative to the profiles folder"),
     ("compose override traversal",
      append("nodes/rtx5090.yaml", "compose_overrides: [../../etc/override.yaml]\n"),
-     "nodes/rtx5090.yaml: compose_overrides: '../../etc/override.yaml' must not contain '..'"),
+     "nodes/rtx5090.yaml: compose_overrides: [0] '../../etc/override.yaml' must be a path "
+     "relative to the project folder"),
     ("models_dir traversal", edit("nodes/rtx5090.yaml", "models_dir: /srv/models",
                                   "models_dir: /srv/../etc"),
      "nodes/rtx5090.yaml: models_dir: '/srv/../etc' must not contain '..'"),
@@ -182,11 +183,12 @@ CASES: list[tuple[str, Mutation, str]] = [
     ("revision", child("model:\n  revision: 'main`id`'\n"),
      "profiles/child.yaml: model.revision: 'main`id`' contains characters"),
     ("extra arg newline", child('vllm:\n  extra_args: ["--performance-mode=a\\nreboot"]\n'),
-     "profiles/child.yaml: vllm.extra_args: [0] --performance-mode: value must be one line"),
+     "profiles/child.yaml: vllm.extra_args[0]: '--performance-mode=a\\nreboot' contains "
+     "control characters"),
     ("extra arg flag", child("vllm:\n  extra_args: ['--x;reboot']\n"),
      "profiles/child.yaml: vllm.extra_args: [0] '--x;reboot' is not a '--flag'"),
     ("env newline", child('env:\n  FOO: "a\\nb"\n'),
-     "profiles/child.yaml: env.FOO: must be a single line"),
+     "profiles/child.yaml: env.FOO: 'a\\nb' contains control characters"),
     ("env name", child("env:\n  'A;B': x\n"),
      "profiles/child.yaml: env: 'A;B' is not an environment variable name"),
     ("gguf path", llama_child("llamacpp:\n  gguf: '/models/x.gguf; reboot'\n"),
@@ -197,7 +199,7 @@ CASES: list[tuple[str, Mutation, str]] = [
      "profiles/child.yaml: pip_packages: 'pandas; reboot' is not a pip requirement"),
     ("node address", edit("nodes/rtx5090.yaml", "address: rtx5090.lan",
                           "address: 'rtx5090.lan && reboot'"),
-     "nodes/rtx5090.yaml: address: 'rtx5090.lan && reboot' contains characters"),
+     "nodes/rtx5090.yaml: address: 'rtx5090.lan && reboot' is neither a host name"),
     # YAML alias bombs, anchors, merge keys, duplicate keys
     ("alias bomb", lambda r: write(r, "profiles/bomb.yaml", BILLION_LAUGHS),
      "profiles/bomb.yaml: line 1 column 4: YAML anchors (&name) are not allowed"),
@@ -209,7 +211,7 @@ CASES: list[tuple[str, Mutation, str]] = [
      "profiles/child.yaml: line 3 column 1: key 'description' appears twice"),
     # huge files and deep nesting
     ("huge file", lambda r: write(r, "profiles/huge.yaml", "# " + "x" * 300 * 1024 + "\n"),
-     "profiles/huge.yaml: file is 300 KiB, larger than the 256 KiB limit"),
+     "profiles/huge.yaml: file is larger than the 256 KiB limit"),
     ("deep nesting", child(nested(40)), "profiles/child.yaml: line"),
     ("bracket bomb", lambda r: write(r, "profiles/deep.yaml", "a: " + "[" * 100_000),
      "profiles/deep.yaml: line 1 column 35: nested deeper than 32 levels"),

@@ -7,16 +7,44 @@ here, so hostile input fails at load time with a clear message rather than later
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$")
+NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?\Z")
 # Characters a POSIX shell treats specially; refused wherever a value is not meant to hold them.
 SHELL_META = set(";&|`$<>()\\\"'*?[]{}!#~\n\r\t\0 ")
 
 
+def _check_text(value: str) -> str:
+    # A trailing newline from a YAML block scalar, a tab or an escape sequence would split a
+    # rendered line, a log line or a shell word; no field servefleet renders needs one.
+    bad = sorted({c for c in value if not c.isprintable() and c != " "})
+    if bad:
+        shown = ", ".join(repr(c) for c in bad)
+        raise ValueError(
+            f"{value[:40]!r} contains control characters ({shown}); remove them (a YAML "
+            "'|' or '>' block adds a trailing newline: use a plain or quoted scalar)"
+        )
+    return value
+
+
+def check_json_text(value: object) -> object:
+    """Refuse control characters in every string (keys included) of a JSON-like value."""
+    if isinstance(value, str):
+        _check_text(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_json_text(key)
+            check_json_text(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            check_json_text(item)
+    return value
+
+
 def _check_name(value: str) -> str:
+    _check_text(value)
     if ".." in value or "/" in value or not NAME_RE.match(value):
         raise ValueError(
             f"{value!r} is not a valid name: use lower-case letters, digits, '.', '_' and '-' "
@@ -46,10 +74,15 @@ def _check_abs_path(value: str) -> str:
 
 
 def _check_single_line(value: str) -> str:
-    if any(c in value for c in "\n\r\0"):
-        raise ValueError("must be a single line without NUL, CR or LF characters")
-    return value
+    return _check_text(value)
 
+
+Text = Annotated[str, AfterValidator(_check_text)]
+"""Any string that reaches a rendered file, a log line or a command: printable characters
+only (no newline, tab, escape or NUL). Every other string type here builds on it."""
+
+JsonText = Annotated[Any, AfterValidator(check_json_text)]
+"""Free-form JSON (``hf_overrides``…) whose strings, keys included, are :data:`Text`."""
 
 Name = Annotated[str, AfterValidator(_check_name)]
 """A node, profile or deployment name: safe as a file name and a compose project name."""
@@ -61,7 +94,7 @@ AbsPath = Annotated[str, AfterValidator(_check_abs_path)]
 """An absolute path without '..' or shell metacharacters."""
 
 SingleLine = Annotated[str, AfterValidator(_check_single_line)]
-"""Free text that must stay on one line (env values, labels)."""
+"""Free text on one line (env values, labels): :data:`Text` under its older name."""
 
 
 class StrictModel(BaseModel):

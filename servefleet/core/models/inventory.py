@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from servefleet.core.models.common import AbsPath, Name, SafeToken, SingleLine, StrictModel
+from servefleet.core.models.common import (
+    AbsPath,
+    Name,
+    SafeToken,
+    SingleLine,
+    StrictModel,
+    Text,
+)
 
 if TYPE_CHECKING:
     from servefleet.core.gpu import ExpectedGpuFacts
 
 HOST_KEY_RE = re.compile(
     r"^(ssh-ed25519|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|ssh-rsa)"
-    r" [A-Za-z0-9+/]+={0,3}( .*)?$"
+    r" [A-Za-z0-9+/]+={0,3}( .*)?\Z"
 )
-COMPUTE_CAPABILITY_RE = re.compile(r"^\d{1,2}\.\d$")
+HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
+OVERRIDE_PATH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*\Z")
+COMPUTE_CAPABILITY_RE = re.compile(r"^\d{1,2}\.\d\Z")
 
 
 class SshSettings(StrictModel):
@@ -30,7 +40,7 @@ class SshSettings(StrictModel):
     """Private key file on the control machine; leave empty to use the SSH agent."""
     agent: bool = False
     """Use keys from a running ssh-agent (``SSH_AUTH_SOCK``)."""
-    host_keys: list[str] = Field(default_factory=list)
+    host_keys: list[Text] = Field(default_factory=list)
     """Pinned host public keys (``ssh-ed25519 AAAA…``). A node presenting any other key is
     refused; there is no trust-on-first-use."""
     connect_timeout_seconds: float = Field(10.0, gt=0, le=300)
@@ -116,8 +126,8 @@ class Node(StrictModel):
 
     name: Name
     """Node name; must equal the file name without ``.yaml``."""
-    address: SafeToken
-    """Host name or IP address servefleet connects to."""
+    address: Text
+    """Host name or IP address servefleet connects to (an IPv6 literal without brackets)."""
     ssh: SshSettings
     """SSH connection settings."""
     arch: Literal["x86_64", "aarch64"]
@@ -138,10 +148,10 @@ class Node(StrictModel):
     """Folder on the node with local model files (GGUF), mounted read-only at ``/models``."""
     ports: list[int] = Field(default_factory=lambda: [8000])
     """Ports engines on this node may listen on."""
-    compose_overrides: list[AbsPath | SafeToken] = Field(default_factory=list)
-    """Node-local compose override files applied after the rendered compose file, in order
-    (paths relative to the project folder, or absolute). Files ending in ``.j2`` are
-    rendered with the deployment's facts first."""
+    compose_overrides: list[Text] = Field(default_factory=list)
+    """Node-local compose override files applied after the rendered compose file, in order:
+    paths relative to the project folder, inside it (a symlink may not lead out). Files
+    ending in ``.j2`` are rendered with the deployment's facts first."""
     labels: dict[SafeToken, SingleLine] = Field(default_factory=dict)
     """Free-form labels (rack, owner, …), copied onto the containers."""
     simulated: bool = False
@@ -159,13 +169,37 @@ class Node(StrictModel):
             raise ValueError("ports are listed twice")
         return ports
 
+    @field_validator("address")
+    @classmethod
+    def _address_is_host_or_ip(cls, value: str) -> str:
+        # The address reaches ssh-keyscan suggestions and the SSH transport; '-oProxyCommand=…'
+        # would be read as an option, so only a host name or an IP literal is accepted.
+        try:
+            ipaddress.ip_address(value)
+            return value
+        except ValueError:
+            pass
+        labels = value.removesuffix(".").split(".")
+        if len(value) > 253 or not all(HOST_LABEL_RE.match(label) for label in labels):
+            raise ValueError(
+                f"{value[:60]!r} is neither a host name (letters, digits, '-' and '.', no "
+                "leading '-') nor an IP address; write the node's DNS name or IP"
+            )
+        return value
+
     @field_validator("compose_overrides")
     @classmethod
     def _overrides_stay_inside(cls, paths: list[str]) -> list[str]:
-        # A relative path is read from the project folder; '..' would step out of it.
-        for path in paths:
-            if any(part == ".." for part in path.split("/")):
-                raise ValueError(f"{path!r} must not contain '..'")
+        # Render copies these files into the release (mode 0644, shipped to the node): an
+        # absolute path or '..' could copy any file of the control machine, /etc/shadow
+        # included. Symlinks leading out of the project are refused when rendering.
+        for index, path in enumerate(paths):
+            if not OVERRIDE_PATH_RE.match(path) or ".." in path.split("/"):
+                raise ValueError(
+                    f"[{index}] {path[:60]!r} must be a path relative to the project folder "
+                    "(letters, digits, '.', '_', '-' and '/', no '..', not absolute); move "
+                    "the file into the project, e.g. nodes/overrides/NAME.yaml"
+                )
         return paths
 
     @model_validator(mode="after")

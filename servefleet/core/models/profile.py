@@ -7,28 +7,30 @@ A field left at ``None`` is not rendered: the engine's own default applies.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from servefleet.core.models.common import (
     AbsPath,
+    JsonText,
     Name,
     SafeToken,
     SingleLine,
     StrictModel,
+    Text,
 )
 
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
 IMAGE_REF_RE = re.compile(
-    r"^(?:[a-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._/-][a-z0-9]+)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+    r"^(?:[a-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._/-][a-z0-9]+)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z"
 )
-MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
-EXTRA_FLAG_RE = re.compile(r"^--[a-z0-9][a-z0-9-]*(?:\.[a-z0-9_]+)*$")
-ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?\Z")
+EXTRA_FLAG_RE = re.compile(r"^--[a-z0-9][a-z0-9-]*(?:\.[a-z0-9_]+)*\Z")
+ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
 PIP_REQ_RE = re.compile(
-    r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._-]+\])?(?:[=<>!~]=?[A-Za-z0-9.*+!-]+)?$"
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._-]+\])?(?:[=<>!~]=?[A-Za-z0-9.*+!-]+)?\Z"
 )
 
 Engine = Literal["vllm", "llama.cpp"]
@@ -61,9 +63,9 @@ def version_tuple(version: str) -> tuple[int, ...]:
 class ImageRef(StrictModel):
     """The engine image, pinned: a human-readable tag plus the digest that is actually run."""
 
-    ref: str
+    ref: Text
     """Repository and tag, e.g. ``vllm/vllm-openai:v0.21.0``."""
-    digest: str
+    digest: Text
     """Content digest ``sha256:…`` the tag pointed to when the profile was written."""
     platforms: list[Platform] = Field(default_factory=lambda: list(ALL_PLATFORMS))
     """Architectures the image is published for; checked against each node's CPU."""
@@ -99,7 +101,7 @@ class ModelConfigRef(StrictModel):
 
     file: SafeToken
     """Path relative to ``profiles/``, e.g. ``models/qwen3.6-35b-a3b.config.json``."""
-    sha256: str
+    sha256: Text
     """Expected sha256 of that file; a mismatch is refused rather than planned from."""
 
     @field_validator("file")
@@ -120,7 +122,7 @@ class ModelConfigRef(StrictModel):
 class ModelSpec(StrictModel):
     """The model served, and the facts about it that validation rules need."""
 
-    id: str
+    id: Text
     """Hugging Face repository id (``Qwen/Qwen3.6-35B-A3B-FP8``) or, for llama.cpp, a label."""
     revision: SafeToken | None = None
     """Branch, tag or commit (e.g. ``fp8-head``); ``None`` = the default branch."""
@@ -169,7 +171,7 @@ class SpeculativeConfig(StrictModel):
     """Method; every MTP alias (``qwen3_next_mtp``…) is rewritten to ``mtp`` by vLLM."""
     num_speculative_tokens: int = Field(ge=1, le=16)
     """Tokens proposed per step; always rendered explicitly."""
-    model: str | None = None
+    model: Text | None = None
     """Draft model for EAGLE/draft-model methods; MTP reuses the target model."""
 
     @property
@@ -211,13 +213,13 @@ class VllmSettings(StrictModel):
     """Tool-call parser name (``qwen3_coder``, ``qwen3_xml``…)."""
     enable_auto_tool_choice: bool = False
     """Let the model decide to call tools; needs ``tool_call_parser``."""
-    default_chat_template_kwargs: dict[str, Any] | None = None
+    default_chat_template_kwargs: dict[Text, JsonText] | None = None
     """Merged into every request's ``chat_template_kwargs`` (thinking off by default)."""
     thinking_token_budget: int | None = Field(None, ge=0)
     """Reasoning-token cap clients are expected to send (``thinking_token_budget``)."""
     generation_config: SafeToken | None = None
     """``auto`` (model's generation_config.json), ``vllm``, or a folder."""
-    hf_overrides: dict[str, Any] | None = None
+    hf_overrides: dict[Text, JsonText] | None = None
     """JSON merged into the Hugging Face config (e.g. a YaRN rope override)."""
     trust_remote_code: bool = False
     """Allow the checkpoint's own Python code."""
@@ -227,7 +229,7 @@ class VllmSettings(StrictModel):
     """Skip the vision encoder of a multimodal checkpoint."""
     enforce_eager: bool = False
     """No CUDA graphs (debugging only)."""
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[Text] = Field(default_factory=list)
     """Escape hatch: more flags, each ``--flag`` or ``--flag=value`` (validated; a flag
     servefleet already manages is refused, so there is one source of truth)."""
 
@@ -285,7 +287,7 @@ class LlamaCppSettings(StrictModel):
     """``--no-cache-prompt`` when false (needed for bit-exact determinism)."""
     seed: int | None = None
     """Default sampling seed."""
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[Text] = Field(default_factory=list)
     """Escape hatch, as for vLLM."""
 
     @field_validator("extra_args")
@@ -301,7 +303,7 @@ class PatchOverlay(StrictModel):
     """Diff file, relative to the profiles folder (e.g. ``patches/pr40798.diff``)."""
     url: SafeToken | None = None
     """Or a URL to fetch at build time (``https://github.com/…/pull/N.diff``)."""
-    sha256: str
+    sha256: Text
     """Expected sha256 of the diff; a mismatch fails the render (file) or build (URL)."""
     target: SafeToken = "vllm"
     """Installed package the paths are relative to."""
@@ -378,14 +380,14 @@ class Profile(StrictModel):
     """vLLM flags (engine ``vllm``)."""
     llamacpp: LlamaCppSettings | None = None
     """llama-server flags (engine ``llama.cpp``)."""
-    env: dict[str, SingleLine] = Field(default_factory=dict)
+    env: dict[Text, SingleLine] = Field(default_factory=dict)
     """Environment of the engine container (non-secret)."""
-    secret_env: list[str] = Field(default_factory=list)
+    secret_env: list[Text] = Field(default_factory=list)
     """Names of secret variables (values come from the stack's secrets, only into the
     node's 0600 env file)."""
     patches: list[PatchOverlay] = Field(default_factory=list)
     """Source overlays, applied in order at image build."""
-    pip_packages: list[str] = Field(default_factory=list)
+    pip_packages: list[Text] = Field(default_factory=list)
     """Extra pip requirements installed into the image (``name==version``)."""
     health: HealthExpectations = Field(default_factory=HealthExpectations)
     """Health expectations."""

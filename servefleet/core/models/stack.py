@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from servefleet.core.models.common import Name, StrictModel
+from servefleet.core.models.common import Name, StrictModel, Text
 
 DEFAULT_DEPLOYMENT = "main"
 
@@ -54,7 +54,7 @@ class StackConfig(StrictModel):
     """Roll out all nodes at once, or one at a time stopping at the first failure."""
     deployments: list[Deployment] = Field(default_factory=list)
     """Every deployment of the stack, in file order."""
-    secret_names: list[str] = Field(default_factory=list)
+    secret_names: list[Text] = Field(default_factory=list)
     """Environment variable names whose values the stack holds as Pulumi secrets."""
     keep_releases: int = Field(5, ge=1, le=100)
     """Releases kept on each node for rollback."""

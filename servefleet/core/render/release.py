@@ -28,6 +28,7 @@ import jinja2
 from servefleet.core.errors import RenderError
 from servefleet.core.models import Deployment, Node, PatchOverlay, Profile
 from servefleet.core.project import PROFILES_DIR, SECRET_KEYS, Project, profile_identity
+from servefleet.core.readfile import FileRefused, read_regular_file
 from servefleet.core.render.engine_args import engine_command
 from servefleet.core.render.templating import (
     TEMPLATE_FILES,
@@ -74,6 +75,18 @@ LABEL_PREFIX = "io.servefleet."
 _PROJECT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _PACKAGE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
+
+
+class RenderFieldError(RenderError):
+    """A render refusal caused by one field of one file: ``validate`` reports it as a
+    finding with that file and field before any render is attempted for real."""
+
+    def __init__(self, where: str, file: str, field: str, reason: str, fix: str) -> None:
+        self.file = file
+        self.field = field
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"{where}: {file}: {field}: {reason}; {fix}")
 
 
 @dataclass(frozen=True)
@@ -200,9 +213,11 @@ def _patch_files(project: Project, profile: Profile, where: str) -> list[_PatchF
     profiles_dir = (project.root / PROFILES_DIR).resolve()
     result: list[_PatchFile] = []
     for number, overlay in enumerate(profile.patches, start=1):
+        field = f"patches[{number - 1}]"
         if not _PACKAGE_RE.match(overlay.target):
-            raise RenderError(f"{where}: {profile_file}: patches[{number - 1}].target: "
-                              f"{overlay.target!r} is not an importable package name")
+            raise RenderFieldError(where, profile_file, f"{field}.target",
+                                   f"{overlay.target!r} is not an importable package name",
+                                   "name the installed Python package, e.g. vllm")
         if overlay.file is not None:
             stem = PurePosixPath(overlay.file).name
             for suffix in (".diff", ".patch"):
@@ -212,26 +227,55 @@ def _patch_files(project: Project, profile: Profile, where: str) -> list[_PatchF
         release_path = f"{PATCHES_DIR}/{number:02d}-{_slug(stem) or 'patch'}.diff"
         content: bytes | None = None
         if overlay.file is not None:
-            source = (profiles_dir / overlay.file).resolve()
-            shown = f"{PROFILES_DIR}/{overlay.file}"
-            if not source.is_relative_to(profiles_dir):
-                raise RenderError(f"{where}: {profile_file}: patch {shown} is outside "
-                                  f"{PROFILES_DIR}/")
-            if not source.is_file():
-                raise RenderError(f"{where}: {profile_file}: patch file {shown} does not exist")
-            if source.stat().st_size > MAX_PATCH_BYTES:
-                raise RenderError(f"{where}: {profile_file}: patch file {shown} is larger than "
-                                  f"{MAX_PATCH_BYTES // (1024 * 1024)} MiB")
-            content = source.read_bytes()
-            actual = _sha256(content)
-            if actual != overlay.sha256:
-                raise RenderError(
-                    f"{where}: profile {profile.name} ({profile_file}): patch file {shown} has "
-                    f"sha256 {actual} but the profile pins {overlay.sha256}; if the new diff is "
-                    "intended, update patches[].sha256, otherwise restore the file"
-                )
+            content = _patch_content(profiles_dir, overlay, f"{where}: profile {profile.name}",
+                                     profile_file, field)
         result.append(_PatchFile(release_path=release_path, overlay=overlay, content=content))
     return result
+
+
+def _patch_content(profiles_dir: Path, overlay: PatchOverlay, where: str, profile_file: str,
+                   field: str) -> bytes:
+    """The patch file's bytes, checked: inside ``profiles/`` with no symlink anywhere on the
+    way (a symlinked patch could change under the pinned sha256's nose or lead out), a
+    regular file, bounded, and matching the pinned sha256."""
+    assert overlay.file is not None
+    shown = f"{PROFILES_DIR}/{overlay.file}"
+    source = profiles_dir / overlay.file
+    if _has_symlink(profiles_dir, source):
+        raise RenderFieldError(where, profile_file, f"{field}.file",
+                               f"{shown} is (or passes through) a symbolic link",
+                               "put the diff itself under profiles/")
+    if not source.resolve().is_relative_to(profiles_dir):
+        raise RenderFieldError(where, profile_file, f"{field}.file",
+                               f"{shown} is outside {PROFILES_DIR}/",
+                               "put the diff under profiles/")
+    if not source.exists():
+        raise RenderFieldError(where, profile_file, f"{field}.file",
+                               f"patch file {shown} does not exist",
+                               "add the file or fix the path")
+    try:
+        content = read_regular_file(source, MAX_PATCH_BYTES)
+    except FileRefused as error:
+        raise RenderFieldError(where, profile_file, f"{field}.file", f"{shown}: {error}",
+                               "point it at the diff file") from None
+    actual = _sha256(content)
+    if actual != overlay.sha256:
+        raise RenderFieldError(
+            where, profile_file, f"{field}.sha256",
+            f"patch file {shown} has sha256 {actual} but the profile pins {overlay.sha256}",
+            f"if the new diff is intended, set {field}.sha256 to {actual}, otherwise restore "
+            "the file")
+    return content
+
+
+def _has_symlink(root: Path, path: Path) -> bool:
+    """Whether ``path`` or any folder between ``root`` and it is a symbolic link."""
+    current = path
+    while current != root and current != current.parent:
+        if current.is_symlink():
+            return True
+        current = current.parent
+    return False
 
 
 def _secret_hint(name: str) -> str:
@@ -265,24 +309,37 @@ def _secret_values(profile: Profile, secrets: Mapping[str, str] | None, require:
     return entries, complete
 
 
-def _override_sources(project: Project, node: Node, where: str) -> list[tuple[str, Path]]:
+def _override_sources(project: Project, node: Node,
+                      where: str) -> list[tuple[str, str, bytes]]:
+    """``(entry, file name, content)`` of each node-local override: inside the project, no
+    symlink on the way, a regular file, bounded. Everything else is refused, because the
+    content is copied into the release (0644) and shipped to the node."""
     node_file = project.node_files.get(node.name, f"nodes/{node.name}.yaml")
     root = project.root.resolve()
-    sources: list[tuple[str, Path]] = []
+    sources: list[tuple[str, str, bytes]] = []
     for index, entry in enumerate(node.compose_overrides):
-        path = Path(entry).expanduser()
-        if not path.is_absolute():
-            path = (root / path).resolve()
-            if not path.is_relative_to(root):
-                raise RenderError(f"{where}: {node_file}: compose_overrides[{index}]: {entry!r} "
-                                  "points outside the project folder")
-        if not path.is_file():
-            raise RenderError(f"{where}: {node_file}: compose_overrides[{index}]: {entry!r} "
-                              "does not exist")
-        if path.stat().st_size > MAX_OVERRIDE_BYTES:
-            raise RenderError(f"{where}: {node_file}: compose_overrides[{index}]: {entry!r} is "
-                              "larger than 1 MiB")
-        sources.append((entry, path))
+        field = f"compose_overrides[{index}]"
+        relative = PurePosixPath(entry)
+        if relative.is_absolute() or ".." in relative.parts or entry.startswith("~"):
+            raise RenderFieldError(where, node_file, field,
+                                   f"{entry!r} is not a path inside the project folder",
+                                   "move the file into the project and give its relative path")
+        path = root / entry
+        if _has_symlink(root, path):
+            target = path.resolve()
+            reason = ("points outside the project folder" if not target.is_relative_to(root)
+                      else "is (or passes through) a symbolic link")
+            raise RenderFieldError(where, node_file, field, f"{entry!r} {reason}",
+                                   "put the override file itself in the project")
+        if not path.exists():
+            raise RenderFieldError(where, node_file, field, f"{entry!r} does not exist",
+                                   "create the file or fix the path")
+        try:
+            content = read_regular_file(path, MAX_OVERRIDE_BYTES)
+        except FileRefused as error:
+            raise RenderFieldError(where, node_file, field, f"{entry!r}: {error}",
+                                   "point it at a compose override file") from None
+        sources.append((entry, path.name, content))
     return sources
 
 
@@ -329,7 +386,7 @@ class _Inputs:
     argv: list[str]
     patches: list[_PatchFile]
     secrets: list[tuple[str, str | None]]
-    overrides: list[tuple[str, Path]]
+    overrides: list[tuple[str, str, bytes]]
     templates: jinja2.Environment
     where: str
 
@@ -363,7 +420,9 @@ def _render_files(inputs: _Inputs, release_id: str) -> dict[str, bytes]:
     }
     compose_context = {
         **common,
-        "project_name": inputs.deployment,
+        # servefleet-<deployment>, as adapters.remote.compose_project names it: an
+        # operator's own compose project called after the deployment is never touched.
+        "project_name": f"servefleet-{inputs.deployment}",
         "image": image,
         "build": {"base_image": base_image} if builds else None,
         "command": inputs.argv,
@@ -401,9 +460,9 @@ def _render_files(inputs: _Inputs, release_id: str) -> dict[str, bytes]:
         "port": port,
         "node_name": node.name,
     }
-    for number, (entry, path) in enumerate(inputs.overrides, start=1):
+    for number, (entry, name, content) in enumerate(inputs.overrides, start=1):
         files[OVERRIDE_FILE.format(n=number)] = render_override(
-            path, override_vars, f"{inputs.where}: compose override {entry}")
+            Path(name), override_vars, f"{inputs.where}: compose override {entry}", content)
 
     if builds:
         patch_context = [

@@ -99,10 +99,12 @@ def template_environment(templates_dir: Path | None, project_root: Path) -> jinj
     return env
 
 
-def render_override(path: Path, variables: Mapping[str, Any], where: str) -> bytes:
+def render_override(path: Path, variables: Mapping[str, Any], where: str,
+                    content: bytes | None = None) -> bytes:
     """A node-local compose override: ``.j2`` files are rendered (StrictUndefined, sandboxed,
-    exactly ``variables``), anything else is copied byte for byte."""
-    raw = path.read_bytes()
+    exactly ``variables``), anything else is copied byte for byte. ``content``: the file's
+    bytes when the caller has already read them (bounded, checked), else ``path`` is read."""
+    raw = path.read_bytes() if content is None else content
     if path.suffix != ".j2":
         return raw
     env = jinja2.sandbox.SandboxedEnvironment(**_settings())

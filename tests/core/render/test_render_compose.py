@@ -48,7 +48,7 @@ def test_every_shipped_profile_passes_compose_config(
     assert quiet.stdout == ""
 
     config = _config_json(kit, compose_bin, folder, release)
-    assert config["name"] == "main"
+    assert config["name"] == "servefleet-main"
     assert list(config["services"]) == ["engine"]
     engine = config["services"]["engine"]
     profile = project.profiles[shipped_profile]
@@ -64,7 +64,7 @@ def test_every_shipped_profile_passes_compose_config(
         assert "build" not in engine and "Dockerfile" not in release.files
     assert engine["network_mode"] == "host"
     assert engine["ipc"] == "host"
-    assert engine["restart"] == "unless-stopped"
+    assert engine["restart"] == "on-failure:3"
     devices = engine["deploy"]["resources"]["reservations"]["devices"]
     tensor_parallel = profile.vllm.tensor_parallel_size if profile.vllm else None
     # Compose spells count 'all' as -1.
@@ -165,7 +165,7 @@ def test_node_overrides_are_copied_or_rendered_and_applied_in_order(
         "      SIM_BUILDS: {{ builds_image | string | yq }}\n"
     ))
     tmp_project.node("box", {"address": "box.lan", "compose_overrides": [
-        "overrides/site.yaml", str(tmp_project.root / "overrides/sim.yaml.j2")]})
+        "overrides/site.yaml", "overrides/sim.yaml.j2"]})
     project = load_project(tmp_project.root, tmp_project.stack(
         {"box": {"second": {"profile": "qwen36-q4-llamacpp", "port": 8004}}}))
     release = render_release(project, project.deployments()[0])

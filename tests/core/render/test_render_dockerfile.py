@@ -238,9 +238,10 @@ def test_patch_sha_mismatch_names_profile_file_and_both_hashes(
     with pytest.raises(RenderError) as caught:
         _render(tmp_project, name)
     assert str(caught.value) == (
-        f"dgx-spark-1/main: profile {name} (profiles/{name}.yaml): patch file "
-        f"profiles/patches/workspace.diff has sha256 {actual} but the profile pins {declared}; "
-        "if the new diff is intended, update patches[].sha256, otherwise restore the file"
+        f"dgx-spark-1/main: profile {name}: profiles/{name}.yaml: patches[0].sha256: patch "
+        f"file profiles/patches/workspace.diff has sha256 {actual} but the profile pins "
+        f"{declared}; if the new diff is intended, set patches[0].sha256 to {actual}, "
+        "otherwise restore the file"
     )
 
 
@@ -260,6 +261,7 @@ def test_patch_error_names_the_file_that_declares_the_patch(
         tmp_project: Any, overlay_profile: Callable[..., str]) -> None:
     parent = overlay_profile(declared_sha="3" * 64)
     tmp_project.profile("child", {"extends": parent, "vllm": {"max_num_seqs": 8}})
-    with pytest.raises(RenderError, match=rf"profile child \(profiles/{parent}\.yaml\): patch "
-                                          r"file profiles/patches/workspace\.diff has sha256"):
+    with pytest.raises(RenderError, match=rf"profile child: profiles/{parent}\.yaml: "
+                                          r"patches\[0\]\.sha256: patch file "
+                                          r"profiles/patches/workspace\.diff has sha256"):
         _render(tmp_project, "child")
