@@ -1,9 +1,14 @@
 """The node lock: one rollout (deploy, rollback) at a time per node.
 
 The lock is the folder ``<base_dir>/.servefleet-lock`` (``mkdir`` is atomic) holding an
-``owner`` line: who (``user@host``), which process, since when, and what for. A second
-rollout fails fast naming the holder. A lock left behind by a rollout that died is never
-broken silently: the operator removes it with ``--force-unlock`` after checking.
+``owner`` line — who (``user@host``), which process, since when, what for, and the lock's
+id — and a ``state`` line the holder rewrites before every phase that changes what serves
+(see :mod:`servefleet.core.lockinfo`). A second rollout fails fast naming the holder, its
+phase and the lock id. A lock left behind is never broken silently: as with Terraform's
+``force-unlock LOCK_ID``, the operator removes exactly that lock with
+``servefleet unlock NODE LOCK_ID`` (or ``deploy --force-unlock LOCK_ID``; Pulumi:
+``servefleet:forceUnlock``); a live lock with another id stays. A holder that gave up
+(second signal) marks its lock ``abandoned``; the next rollout takes such a lock over.
 """
 
 from __future__ import annotations
@@ -11,15 +16,16 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
-import re
+import secrets
 import socket
 from datetime import datetime
 
 from servefleet.adapters import remote
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.errors import LockHeld, RemoteError, ServefleetError
+from servefleet.core.lockinfo import LockInfo, parse_lock
 
-_OWNER_RE = re.compile(r"^(?P<who>\S+) pid=(?P<pid>\d+) ")
+STATE_TIMEOUT_SECONDS = 30
 
 
 def whoami() -> str:
@@ -31,60 +37,101 @@ def whoami() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def lock_owner(operation: str, now: datetime) -> str:
-    """The owner line: ``user@host pid=N since=<UTC time> op=<operation>``."""
+def new_lock_id() -> str:
+    """A fresh lock id: 12 hex digits, short enough to type."""
+    return secrets.token_hex(6)
+
+
+def lock_owner(operation: str, now: datetime, lock_id: str | None = None) -> str:
+    """The owner line: ``user@host pid=N since=<UTC time> op=<operation> id=<lock id>``."""
     return f"{whoami()} pid={os.getpid()} since={now.strftime('%Y-%m-%dT%H:%M:%SZ')} " \
-           f"op={operation}"
+           f"op={operation} id={lock_id or new_lock_id()}"
 
 
-def stale_hint(owner: str) -> str:
+def stale_hint(info: LockInfo | None) -> str:
     """A hint when the holder is a process of this machine that no longer runs."""
-    match = _OWNER_RE.match(owner)
-    if not match or match["who"] != whoami():
+    if info is None or info.pid is None or info.who != whoami():
         return ""
-    pid = int(match["pid"])
-    if pid == os.getpid():
+    if info.pid == os.getpid():
         return " (held by this very process)"
     try:
-        os.kill(pid, 0)
+        os.kill(info.pid, 0)
     except ProcessLookupError:
-        return f" (process {pid} on this machine is gone: the lock is stale)"
+        return f" (process {info.pid} on this machine is gone: the lock is stale)"
     except PermissionError:
         pass
     return ""
 
 
-class NodeLock:
-    """Hold a node's lock for the duration of a ``with`` block."""
+def held_message(node: str, base_dir: str, info: LockInfo | None, raw: str) -> str:
+    """One line: who holds the lock, where their rollout was, and how to remove it."""
+    holder = (info.owner if info else raw.strip()) or "unknown"
+    where = f"; it was {info.where()}" if info is not None else ""
+    if info is not None and info.abandoned:
+        where += f" and gave up ({info.abandoned})"
+    if info is not None and info.lock_id:
+        how = (f"run `servefleet unlock {node} {info.lock_id}` (or deploy --force-unlock "
+               f"{info.lock_id}; Pulumi: pulumi config set --path "
+               f"'servefleet:forceUnlock.{node}' {info.lock_id})")
+    else:
+        how = f"remove {base_dir}/{remote.LOCK_DIR} on the node"
+    return (f"{node}: another rollout holds the node lock: {holder}"
+            f"{stale_hint(info)}{where}; wait for it to finish, or if it died, {how}")
 
-    def __init__(self, transport: SshTransport, owner: str, *, force: bool = False) -> None:
+
+class NodeLock:
+    """Hold a node's lock for the duration of a rollout."""
+
+    def __init__(self, transport: SshTransport, operation: str, now: datetime, *,
+                 unlock_id: str | None = None) -> None:
         self.transport = transport
-        self.owner = owner
-        self.force = force
+        self.lock_id = new_lock_id()
+        self.owner = lock_owner(operation, now, self.lock_id)
+        self.unlock_id = unlock_id
         self.held = False
+        self.taken_over: LockInfo | None = None
+        """The abandoned lock this one replaced, if any (its phase says what to repair)."""
 
     def acquire(self, *then: list[str]) -> str:
         """Take the lock and run ``then`` commands in the same round trip; return their
-        stdout. Raises :class:`LockHeld` naming the holder."""
+        stdout. Raises :class:`LockHeld` naming the holder and the lock id."""
         node = self.transport.node
-        command = remote.acquire_lock(node.base_dir, self.owner, force=self.force)
+        command = remote.acquire_lock(node.base_dir, self.owner, unlock_id=self.unlock_id)
         if then:
             command = remote.sequence(command, *then)
         result = self.transport.run(command, check=False, idempotent=False,
                                     what="take the node lock")
+        text = result.text()
         if result.exit_status == remote.LOCK_HELD_EXIT:
-            holder = result.text().strip() or "unknown"
-            raise LockHeld(
-                f"{node.name}: another rollout holds the node lock: {holder}"
-                f"{stale_hint(holder)}; wait for it to finish, or if it died, run again with "
-                f"--force-unlock (removes {node.base_dir}/{remote.LOCK_DIR})")
+            raise LockHeld(held_message(node.name, node.base_dir, parse_lock(text), text))
         self.held = True
+        if text.startswith(remote.LOCK_TAKEN_OVER):
+            old, _, text = text.partition(remote.LOCK_TAKEN_OVER_END + "\n")
+            self.taken_over = parse_lock(old.partition("\n")[2])
         if not result.ok:
             # The lock may be ours and the follow-up command failed: release, then report.
             self.release()
             tail = self.transport.mask(result.stderr.decode("utf-8", "replace")[-500:])
             raise RemoteError(node.name, "take the node lock", result.exit_status, tail)
-        return result.text()
+        return text
+
+    def record(self, line: str) -> bool:
+        """Rewrite the lock's state line (best effort: False when it could not)."""
+        if not self.held:
+            return False
+        try:
+            done = self.transport.run(
+                remote.set_lock_state(self.transport.node.base_dir, self.owner, line),
+                check=False, timeout=STATE_TIMEOUT_SECONDS, what="record the rollout phase")
+        except ServefleetError:
+            return False
+        return done.ok
+
+    def abandon(self, line: str) -> None:
+        """Give up without releasing: the lock stays, its state line says why, and the next
+        rollout takes it over (see :func:`remote.acquire_lock`)."""
+        self.record(line)
+        self.held = False
 
     def release(self) -> None:
         """Give the lock back (only if it is still ours); best effort."""
@@ -103,3 +150,21 @@ class NodeLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def force_unlock(transport: SshTransport, lock_id: str) -> str:
+    """Remove the node's lock if its id is ``lock_id``; returns ``removed`` or ``not
+    locked``. Raises :class:`LockHeld` when the lock has another id (a live rollout)."""
+    node = transport.node
+    result = transport.run(remote.force_unlock(node.base_dir, lock_id), check=False,
+                           idempotent=True, what="remove the node lock")
+    text = result.text()
+    if result.exit_status == remote.LOCK_HELD_EXIT:
+        info = parse_lock(text)
+        raise LockHeld(f"{node.name}: the node lock has id {info.lock_id if info else '?'}, "
+                       f"not {lock_id}: left in place ({(info.owner if info else text.strip())}"
+                       f"{stale_hint(info)}); check the id that `servefleet plan` prints")
+    if not result.ok:
+        raise RemoteError(node.name, "remove the node lock", result.exit_status,
+                          transport.mask(result.stderr.decode("utf-8", "replace")[-500:]))
+    return "removed" if "removed" in text else "not locked"

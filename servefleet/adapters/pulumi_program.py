@@ -13,6 +13,7 @@ secret input.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,12 @@ from servefleet.adapters.pulumi_provider import (
     NodeDeployment,
     NodeDeploymentArgs,
 )
-from servefleet.core.errors import ServefleetError
+from servefleet.adapters.rollout import check_rules
+from servefleet.core.errors import ConfigError, ServefleetError
 from servefleet.core.plan import flags_from_argv
 from servefleet.core.project import SECRET_KEYS, Project, load_project
 from servefleet.core.render import RenderedRelease, render_deployments
+from servefleet.core.rules import Severity
 
 CONFIG_NAMESPACE = "servefleet"
 
@@ -93,21 +96,40 @@ def node_args(project: Project, node: str, secrets: Mapping[str, str]) -> NodeDe
     )
 
 
+def force_unlock_ids(config: pulumi.Config) -> dict[str, str]:
+    """``servefleet:forceUnlock``: node → the id of the stale lock to remove before its
+    rollout (``pulumi config set --path 'servefleet:forceUnlock.NODE' LOCK_ID``, the id the
+    lock error printed). A live lock has another id and stays."""
+    value = config.get_object("forceUnlock") or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"Pulumi.<stack>.yaml: servefleet:forceUnlock: expected a mapping "
+                          f"node -> lock id, got {type(value).__name__}; fix: pulumi config "
+                          "set --path 'servefleet:forceUnlock.NODE' LOCK_ID")
+    return {str(k): str(v) for k, v in value.items()}
+
+
 def declare_fleet(root: Path, stack: str, config: pulumi.Config,
                   ) -> dict[str, NodeDeployment]:
     """One :class:`NodeDeployment` per node of the stack, named after the node. With the
     ``rolling`` strategy each node depends on the one before it, so Pulumi rolls them one at
     a time and stops at the first failure; ``parallel`` lets Pulumi run them together."""
     project = load_project(root, stack)
+    # The rules `servefleet validate` runs: an error stops preview and up before any node
+    # is touched; warnings show in Pulumi's diagnostics.
+    for finding in check_rules(project):
+        if finding.severity is Severity.WARNING:
+            pulumi.log.warn(str(finding))
     secrets = stack_secrets(project, config)
+    unlock = force_unlock_ids(config)
     resources: dict[str, NodeDeployment] = {}
     previous: NodeDeployment | None = None
     for node in project.stack.nodes:
         opts = None
         if project.stack.strategy == "rolling" and previous is not None:
             opts = pulumi.ResourceOptions(depends_on=[previous])
-        previous = resources[node] = NodeDeployment(node, node_args(project, node, secrets),
-                                                    opts)
+        args = dataclasses.replace(node_args(project, node, secrets),
+                                   unlock_id=unlock.get(node))
+        previous = resources[node] = NodeDeployment(node, args, opts)
     return resources
 
 

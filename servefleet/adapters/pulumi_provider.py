@@ -126,6 +126,10 @@ class NodeDeploymentArgs:
     """Secret environment values the node's profiles need; pass a Pulumi secret."""
     provider_version: str = PROVIDER_VERSION
     """Version of this provider's behaviour."""
+    unlock_id: str | None = None
+    """Remove the node lock with this id before deploying (stack config
+    ``servefleet:forceUnlock.<node>``; a lock with another id stays). Not part of the diff:
+    it only unblocks an update that has something to do."""
 
     def to_props(self) -> dict[str, Any]:
         """The resource's input properties, plus the declared outputs (``None``)."""
@@ -138,6 +142,8 @@ class NodeDeploymentArgs:
             "providerVersion": self.provider_version,
             "deployments": {name: dep.to_props() for name, dep in self.deployments.items()},
         }
+        if self.unlock_id:
+            props["unlockId"] = self.unlock_id
         if self.secrets is not None:
             props["secrets"] = self.secrets
         for key in OUTPUT_KEYS:
@@ -383,7 +389,7 @@ def progress_printer(mask: SecretMask) -> Callable[[Any], None]:
 def _plain_inputs(props: Mapping[str, Any]) -> dict[str, Any]:
     """The inputs echoed into the outputs: all but the secrets and the provider blob."""
     return {k: v for k, v in props.items()
-            if k not in ("secrets", "__provider", *OUTPUT_KEYS)}
+            if k not in ("secrets", "__provider", "unlockId", *OUTPUT_KEYS)}
 
 
 def _deployments(props: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -409,6 +415,8 @@ def failure_text(result: NodeResult) -> str:
         "rolled_back": "rollout failed; the previous release was restored",
         "restore_failed": "rollout failed and the previous release could NOT be restored",
         "skipped": "rollout not attempted",
+        "interrupted": "rollout interrupted; the node lock records the phase for the next "
+                       "`pulumi up` to repair",
     }.get(result.status, "rollout failed")
     lines = [f"{result.node}: {headline}"]
     if result.error:
@@ -444,8 +452,10 @@ def apply(props: Mapping[str, Any], previous: Mapping[str, Any] | None = None,
     name = str(props["node"])
     wanted = _deployments(props)
     _quiet_libraries()
+    unlock_id = props.get("unlockId")
     result = rollout.deploy(project, [name], "parallel", secrets,
-                            progress=progress_printer(mask))[0]
+                            progress=progress_printer(mask),
+                            unlock_id=str(unlock_id) if unlock_id else None)[0]
     if not result.ok:
         text = mask(failure_text(result))
         gate = any(d.failure is not None and (d.failure.failure_class is not None or

@@ -10,12 +10,17 @@ arrives as a positional parameter, so no value is ever spliced into script text 
 Layout on a node (``base`` is the inventory's ``base_dir``)::
 
     <base>/
-      .servefleet-lock/owner        the node lock: owner, pid, time, operation
+      .servefleet-lock/owner        the node lock: owner, pid, time, operation, lock id
+      .servefleet-lock/state        the holder's phase (rewritten before each phase that
+                                    changes what serves), ``abandoned=…`` when it gave up
       <deployment>/
         releases/<release-id>/      compose file(s), Dockerfile, patches, env (0600),
                                     manifest.json
         current -> releases/<id>    switched atomically (symlink to a temp name, mv -T)
         previous -> releases/<id>   what current pointed to before (the rollback target)
+        last-good -> releases/<id>  the last release whose engine passed its health gate
+        gated                       ``release=<id> started=<StartedAt> at=<time>``: the
+                                    engine that passed; a container started since is ungated
         staging/<id>.<pid>/         uploads land here, then are renamed into releases/
         audit.log                   one tab-separated line per action
 
@@ -43,7 +48,19 @@ PREVIOUS = "previous"
 STAGING = "staging"
 RELEASES = "releases"
 
+LAST_GOOD = "last-good"
+GATED = "gated"
+LOCK_STATE_FILE = "state"
+LOCK_TAKEN_OVER = "took-over-abandoned-lock"
+"""First line of the lock command's output when it replaced a lock its holder abandoned."""
+LOCK_TAKEN_OVER_END = "@@took-over-end"
+"""Ends the abandoned lock's lines in that output."""
+
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+PROJECT_PREFIX = "servefleet-"
+"""Compose projects servefleet starts are named ``servefleet-<deployment>``: an operator's
+own compose project called ``main`` is never stopped, and ``--remove-orphans`` never
+removes its containers."""
 
 # One JSON object per container; only the fields servefleet reads, so that nothing else
 # (the environment holds secrets) ever leaves the node.
@@ -67,8 +84,8 @@ def release_dir(base_dir: str, deployment: str, release_id: str) -> str:
 
 
 def compose_project(deployment: str) -> str:
-    """The compose project name of a deployment: the deployment's name."""
-    return deployment
+    """The compose project name of a deployment: ``servefleet-<deployment>``."""
+    return PROJECT_PREFIX + deployment
 
 
 def _sh(script: str, *args: str) -> list[str]:
@@ -109,9 +126,13 @@ _OBSERVE_BODY = (
     "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; continue; fi; "
     "printf '@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
     "printf '@@releases\\n'; ls -1 \"$dir/releases\" 2>/dev/null; "
+    "printf '@@previous\\n'; readlink \"$dir/" + PREVIOUS + "\" 2>/dev/null; "
+    "printf '@@last-good\\n'; readlink \"$dir/" + LAST_GOOD + "\" 2>/dev/null; "
+    "printf '@@gated\\n'; cat \"$dir/" + GATED + "\" 2>/dev/null; "
     "printf '@@manifest\\n'; cat \"$dir/current/" + MANIFEST_FILE + "\" 2>/dev/null; echo; "
     + _FILES_BODY +
-    "if ids=$(docker ps -aq --filter \"label=" + COMPOSE_PROJECT_LABEL + "=$d\" 2>&1); then "
+    "if ids=$(docker ps -aq --filter \"label=" + COMPOSE_PROJECT_LABEL + "=" + PROJECT_PREFIX
+    + "$d\" 2>&1); then "
     "printf '@@containers\\n'; "
     "[ -z \"$ids\" ] || docker inspect --format \"$fmt\" $ids 2>&1; "
     "else printf '@@docker-error\\n%s\\n' \"$ids\"; fi; "
@@ -121,7 +142,8 @@ _OBSERVE_BODY = (
 OBSERVE_SCRIPT = (
     'base=$1; fmt=$2; shift 2; '
     "printf '" + OBSERVE_HEADER + "\\n@@lock\\n'; "
-    'cat "$base/' + LOCK_DIR + '/owner" 2>/dev/null; '
+    'cat "$base/' + LOCK_DIR + '/owner" "$base/' + LOCK_DIR + '/' + LOCK_STATE_FILE
+    + '" 2>/dev/null; '
     + _OBSERVE_BODY
 )
 
@@ -183,26 +205,38 @@ def preflight(base_dir: str, port: int) -> list[str]:
 
 # -- the node lock ---------------------------------------------------------------------------
 LOCK_SCRIPT = (
-    'base=$1; owner=$2; force=$3; lock=$base/' + LOCK_DIR + '; '
+    'base=$1; owner=$2; unlock_id=$3; lock=$base/' + LOCK_DIR + '; '
     'mkdir -p "$base" || exit 1; '
-    'if [ "$force" = force ]; then rm -rf "$lock"; fi; '
+    # --force-unlock LOCK_ID removes that lock and no other: a lock taken since by another
+    # rollout has another id and stays.
+    'if [ -n "$unlock_id" ] && [ -d "$lock" ]; then '
+    'case "$(head -n 1 "$lock/owner" 2>/dev/null)" in '
+    '*" id=$unlock_id") rm -rf "$lock";; esac; fi; '
+    # A holder that gave up said so in its state line: nobody runs there any more, and the
+    # next rollout takes the lock over to repair what it left (the audit log has its line).
+    'if [ -d "$lock" ] && grep -q "abandoned=" "$lock/' + LOCK_STATE_FILE + '" 2>/dev/null; '
+    'then printf \'' + LOCK_TAKEN_OVER + '\\n\'; cat "$lock/owner" "$lock/' + LOCK_STATE_FILE
+    + '" 2>/dev/null; printf \'\\n' + LOCK_TAKEN_OVER_END + '\\n\'; rm -rf "$lock"; fi; '
     'if ! mkdir "$lock" 2>/dev/null; then '
-    'cat "$lock/owner" 2>/dev/null || echo "(owner not recorded yet)"; '
+    '{ cat "$lock/owner" || echo "(owner not recorded yet)"; '
+    'cat "$lock/' + LOCK_STATE_FILE + '"; } 2>/dev/null; '
     'exit ' + str(LOCK_HELD_EXIT) + '; fi; '
     "printf '%s\\n' \"$owner\" > \"$lock/owner\""
 )
 
 
-def acquire_lock(base_dir: str, owner: str, *, force: bool = False) -> list[str]:
-    """Take the node lock, failing with exit status :data:`LOCK_HELD_EXIT` and the holder on
-    stdout when someone holds it. ``force`` first removes a (stale) lock."""
-    return _sh(LOCK_SCRIPT, base_dir, owner, "force" if force else "")
+def acquire_lock(base_dir: str, owner: str, *, unlock_id: str | None = None) -> list[str]:
+    """Take the node lock, failing with exit status :data:`LOCK_HELD_EXIT` and the holder's
+    owner and state lines on stdout when someone holds it. ``unlock_id`` first removes the
+    lock with that id (and only that one); a lock whose holder abandoned it is taken over,
+    the first output line then being :data:`LOCK_TAKEN_OVER` and the next ones its lines."""
+    return _sh(LOCK_SCRIPT, base_dir, owner, unlock_id or "")
 
 
 UNLOCK_SCRIPT = (
     'lock=$1/' + LOCK_DIR + '; '
     # Only the holder removes the lock: after a force-unlock it belongs to someone else.
-    'if [ "$(cat "$lock/owner" 2>/dev/null)" = "$2" ]; then rm -rf "$lock"; '
+    'if [ "$(head -n 1 "$lock/owner" 2>/dev/null)" = "$2" ]; then rm -rf "$lock"; '
     'else echo "lock is no longer ours; left in place" >&2; fi'
 )
 
@@ -210,6 +244,36 @@ UNLOCK_SCRIPT = (
 def release_lock(base_dir: str, owner: str) -> list[str]:
     """Remove the node lock if ``owner`` still holds it."""
     return _sh(UNLOCK_SCRIPT, base_dir, owner)
+
+
+FORCE_UNLOCK_SCRIPT = (
+    'lock=$1/' + LOCK_DIR + '; '
+    '[ -d "$lock" ] || { echo "not locked"; exit 0; }; '
+    'case "$(head -n 1 "$lock/owner" 2>/dev/null)" in '
+    '*" id=$2") rm -rf "$lock" && echo removed;; '
+    '*) cat "$lock/owner" "$lock/' + LOCK_STATE_FILE + '" 2>/dev/null; '
+    'exit ' + str(LOCK_HELD_EXIT) + ';; esac'
+)
+
+
+def force_unlock(base_dir: str, lock_id: str) -> list[str]:
+    """Remove the node lock whose id is ``lock_id``: prints ``removed`` or ``not locked``;
+    exit :data:`LOCK_HELD_EXIT` with the holder's lines when the lock has another id."""
+    return _sh(FORCE_UNLOCK_SCRIPT, base_dir, lock_id)
+
+
+LOCK_STATE_SCRIPT = (
+    'lock=$1/' + LOCK_DIR + '; '
+    '[ "$(head -n 1 "$lock/owner" 2>/dev/null)" = "$2" ] || '
+    '{ echo "the node lock is no longer ours" >&2; exit ' + str(LOCK_HELD_EXIT) + '; }; '
+    "printf '%s\\n' \"$3\" > \"$lock/.state.$$\" && "
+    'mv -f "$lock/.state.$$" "$lock/' + LOCK_STATE_FILE + '"'
+)
+
+
+def set_lock_state(base_dir: str, owner: str, line: str) -> list[str]:
+    """Record the holder's phase in the lock (only while ``owner`` holds it), atomically."""
+    return _sh(LOCK_STATE_SCRIPT, base_dir, owner, line)
 
 
 # -- releases --------------------------------------------------------------------------------
@@ -285,6 +349,25 @@ def prune_releases(base_dir: str, deployment: str, keep: int,
     return _sh(PRUNE_SCRIPT, deployment_dir(base_dir, deployment), str(keep), *protect)
 
 
+GATE_MARK_SCRIPT = (
+    'dir=$1; id=$2; at=$3; tmp=$1/.gated.$$; '
+    'c=$(docker ps -q --latest --filter "label=' + COMPOSE_PROJECT_LABEL + '=$4") || exit 1; '
+    '[ -n "$c" ] || { echo "no running engine to mark as gated" >&2; exit 1; }; '
+    "started=$(docker inspect --format '{{.State.StartedAt}}' \"$c\") || exit 1; "
+    "printf 'release=%s started=%s at=%s\\n' \"$id\" \"$started\" \"$at\" > \"$tmp\" && "
+    'mv -f "$tmp" "$dir/' + GATED + '" && '
+    'ln -sfn "' + RELEASES + '/$id" "$tmp" && mv -T "$tmp" "$dir/' + LAST_GOOD + '"'
+)
+
+
+def mark_gated(base_dir: str, deployment: str, release_id: str, at: str) -> list[str]:
+    """After a passed gate: record the running engine (release and Docker's ``StartedAt``)
+    in ``gated`` and point ``last-good`` at the release. Written only after a passed gate,
+    so an engine without a matching mark is one nobody checked."""
+    return _sh(GATE_MARK_SCRIPT, deployment_dir(base_dir, deployment), release_id, at,
+               compose_project(deployment))
+
+
 AUDIT_SCRIPT = "printf '%s\\n' \"$2\" >> \"$1/" + AUDIT_FILE + "\""
 
 
@@ -320,6 +403,27 @@ def up(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: s
     the point from which its boot log is read."""
     return _sh(UP_SCRIPT, *compose(compose_cmd, base_dir, deployment, release_id,
                                    compose_files, "up", "-d", "--remove-orphans"))
+
+
+PULL_SCRIPT = (
+    # The images the release's compose files name, after every override (the simulated
+    # fleet's stand-in included); docker-compose v1 cannot list them: then `up` pulls.
+    'if ! images=$("$@" config --images 2>/dev/null); then echo "images unknown"; exit 0; fi; '
+    'for i in $images; do '
+    'if docker image inspect "$i" >/dev/null 2>&1; then echo "present $i"; '
+    'else echo "pull $i"; docker pull -q "$i" >/dev/null || exit 1; echo "pulled $i"; fi; '
+    'done'
+)
+
+
+def pull(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
+         compose_files: Sequence[str]) -> list[str]:
+    """Pull the release's images that the node does not have yet (prints ``present IMG``,
+    ``pull IMG``, ``pulled IMG`` lines). Run while the old engine still serves, so that
+    the downtime between stop and a healthy boot never includes a download; images are
+    never removed by servefleet, so a restore of the previous release never pulls."""
+    return _sh(PULL_SCRIPT, *compose(compose_cmd, base_dir, deployment, release_id,
+                                     compose_files))
 
 
 STOP_SCRIPT = (

@@ -17,12 +17,24 @@ Per node, over one connection:
    checks** (:func:`servefleet.adapters.node_health.gate_checks`: ``/version``, a chat
    completion, ``/metrics``, the TurboQuant long prompt, determinism when the profile asks
    for it, the KV pool against the node's baseline, which a healthy boot records);
-6. **switch** ``current``, **prune** old releases, append the **audit** line (one command).
+6. **mark** the engine as gated (``gated``, ``last-good``), **switch** ``current`` (the
+   commit point), then **prune** old releases and append the **audit** line; a failure
+   after the switch is a warning and never undoes a healthy switch.
 
-Any failure once the old engine was stopped restores the previous release (``up -d`` of its
-folder, boot followed, health gated again) and reports both the failure, with the log lines
-that prove it, and the restore. ``current`` moves only after a healthy boot, so it always
-names a release that served.
+Images are **pulled** (and overlays built) before the old engine stops, outside the boot
+deadline. Any failure once the old engine was stopped restores the release that served
+before (else ``last-good``, else ``previous``: ``up -d`` of its folder, boot followed,
+health gated again) and reports both the failure, with the log lines that prove it, and the
+restore. ``current`` moves only after a passed gate, so it always names a release that
+served.
+
+**Interruptions.** SIGINT, SIGTERM and SIGHUP become a controlled abort (:class:`Abort`):
+the phase in progress ends early, the restore runs, the audit log gets its line and the
+lock is released. A second signal gives up: the audit line is written and the lock is left
+in place marked ``abandoned`` with the phase, so the next ``plan`` shows what was left and
+the next deploy takes the lock over and repairs it. A controller that dies without a word
+leaves the lock with its last recorded phase (written before every phase that changes what
+serves); the plan shows it and ``servefleet unlock NODE LOCK_ID`` removes it.
 
 The remote layout is described in :mod:`servefleet.adapters.remote`.
 """
@@ -31,6 +43,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -51,12 +65,13 @@ from servefleet.adapters.health_gate import (
     send_through,
     unchanged_profile,
 )
-from servefleet.adapters.lock import NodeLock, lock_owner, whoami
+from servefleet.adapters.lock import NodeLock, whoami
+from servefleet.adapters.lock import force_unlock as remove_lock
 from servefleet.adapters.node_health import HealthOptions, api_key_for, gate_checks
 from servefleet.adapters.probes import EngineClient
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bootlog.lines import clean_line
-from servefleet.core.errors import ConfigError, RemoteError, ServefleetError
+from servefleet.core.errors import ConfigError, RemoteError, ServefleetError, ValidationFailed
 from servefleet.core.gpu import free_memory_check
 from servefleet.core.models import Deployment, Node, Profile
 from servefleet.core.observed import (
@@ -67,9 +82,10 @@ from servefleet.core.observed import (
     parse_observation,
     parse_preflight,
 )
-from servefleet.core.plan import PlanItem, plan
+from servefleet.core.plan import PlanItem, plan, recovery_notes
 from servefleet.core.project import Project
 from servefleet.core.render import RenderedRelease, manifest_for, render_deployments
+from servefleet.core.rules import Finding, Severity, validate
 from servefleet.core.secrets import SecretMask
 
 MIN_FREE_DISK_BYTES = 1 << 30
@@ -83,7 +99,13 @@ DEFAULT_GPU_UTILIZATION = 0.9
 
 Strategy = Literal["parallel", "rolling"]
 DeploymentStatus = Literal["unchanged", "deployed", "failed", "rolled_back", "restore_failed",
-                           "skipped"]
+                           "interrupted", "skipped"]
+RECORDED_PHASES = frozenset({"stop", "up", "boot", "switch", "restore"})
+"""Phases recorded in the lock's state line before they start: from ``stop`` on, what serves
+changes, so a controller that dies there leaves a node the next plan must explain."""
+RECORD_TIMEOUT_SECONDS = 30
+"""Best-effort bookkeeping (lock state, audit line) on the way out of an interruption."""
+SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 # -- progress and results --------------------------------------------------------------------
@@ -117,6 +139,60 @@ class Clock:
     """Wall-clock time for manifests, locks and audit lines."""
     sleep: Callable[[float], None] = time.sleep
     """Wait between polls."""
+
+
+class GaveUp(Exception):
+    """A second signal: stop at once, record the node's state, keep the lock."""
+
+
+class Abort:
+    """Signals turned into a controlled abort, shared by every node's worker.
+
+    The first signal asks each rollout to stop at its next phase boundary (a boot being
+    followed ends at once) and restore; the second gives up: record and leave. A signal
+    handler only sets flags here: it never raises into the middle of a remote command.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.signal_name: str | None = None
+        """The first signal received (``SIGINT``…)."""
+        self.give_up = False
+        """A second signal arrived."""
+
+    def trip(self, name: str) -> None:
+        """A signal (or a KeyboardInterrupt) arrived."""
+        with self._lock:
+            if self.signal_name is None:
+                self.signal_name = name
+            else:
+                self.give_up = True
+
+    @property
+    def requested(self) -> bool:
+        """A first signal arrived."""
+        return self.signal_name is not None
+
+    @contextlib.contextmanager
+    def handling_signals(self) -> Iterator[Abort]:
+        """Route SIGINT, SIGTERM and SIGHUP here while the block runs (main thread only;
+        elsewhere, e.g. inside a Pulumi provider's worker, the lock's recorded phase is
+        what survives)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous: dict[int, Any] = {}
+        for name in SIGNALS:
+            number = getattr(signal, name, None)
+            if number is None:
+                continue
+            previous[number] = signal.signal(number, lambda num, _frame:
+                                             self.trip(signal.Signals(num).name))
+        try:
+            yield self
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
 
 
 @dataclass
@@ -166,9 +242,11 @@ class DeploymentResult:
     deployment: str
     """Deployment name."""
     status: DeploymentStatus
-    """``unchanged``, ``deployed``, ``failed`` (the old engine was not touched, or there
-    was none), ``rolled_back`` (failed, previous release restored and healthy),
-    ``restore_failed``, ``skipped``."""
+    """``unchanged``, ``deployed``, ``failed`` (failed before the old engine stopped, or
+    nothing to restore: the failed engine is stopped), ``rolled_back`` (failed, the release
+    that served before restored and gated), ``restore_failed`` (no engine serves),
+    ``interrupted`` (a second signal: the node's state is recorded in the lock and the
+    audit log, for the next deploy to repair), ``skipped``."""
     release_id: str | None = None
     """Release that was to run."""
     previous_release: str | None = None
@@ -183,6 +261,8 @@ class DeploymentResult:
     """The restore after a failure."""
     phases: list[tuple[str, float]] = field(default_factory=list)
     """Phases run and their seconds."""
+    warnings: list[str] = field(default_factory=list)
+    """Problems after the commit point (prune, audit, gate mark): the switch stands."""
 
     @property
     def ok(self) -> bool:
@@ -199,6 +279,7 @@ class DeploymentResult:
             "failure": self.failure.to_json() if self.failure else None,
             "restore": self.restore.to_json() if self.restore else None,
             "phases": [{"phase": p, "seconds": round(s, 3)} for p, s in self.phases],
+            "warnings": list(self.warnings),
         }
 
 
@@ -227,7 +308,8 @@ class NodeResult:
         """The node's headline: ``error``, the worst deployment status, or ``unchanged``."""
         if self.error is not None:
             return "skipped" if self.error_kind == "skipped" else "error"
-        order = ("restore_failed", "failed", "rolled_back", "skipped", "deployed", "unchanged")
+        order = ("interrupted", "restore_failed", "failed", "rolled_back", "skipped",
+                 "deployed", "unchanged")
         statuses = {d.status for d in self.deployments}
         return next((s for s in order if s in statuses), "unchanged")
 
@@ -298,9 +380,9 @@ class NodeRollout:
 
     def __init__(self, project: Project, node: Node, transport: SshTransport, *,
                  clock: Clock | None = None, progress: Progress | None = None,
-                 http: HttpGet = http_get, force_unlock: bool = False,
+                 http: HttpGet = http_get, unlock_id: str | None = None,
                  keep_releases: int | None = None,
-                 secrets: Mapping[str, str] | None = None) -> None:
+                 secrets: Mapping[str, str] | None = None, abort: Abort | None = None) -> None:
         self.project = project
         self.node = node
         self.transport = transport
@@ -310,10 +392,15 @@ class NodeRollout:
         # caller's own GET carries no headers.
         self.send = None if http is http_get else send_through(http)
         self.secrets = dict(secrets or {})
-        self.force_unlock = force_unlock
+        self.unlock_id = unlock_id
         self.keep = keep_releases or project.stack.keep_releases
         self.started = self.clock.monotonic()
         self.compose_cmd: tuple[str, ...] = ("docker", "compose")
+        self.abort = abort or Abort()
+        self.lock: NodeLock | None = None
+        """The lock while a rollout holds it (its state line records the phase)."""
+        self.restoring = False
+        """A restore runs: a first signal no longer cuts it short, only a second one."""
 
     # -- helpers --------------------------------------------------------------------------
     def emit(self, phase: str, deployment: str | None = None, message: str = "") -> None:
@@ -324,13 +411,23 @@ class NodeRollout:
 
     @contextlib.contextmanager
     def phase(self, result: DeploymentResult, name: str) -> Iterator[None]:
-        """Time a phase, report it, and turn remote errors into :class:`StepFailed`."""
+        """Time a phase, report it, record it in the lock when it changes what serves, and
+        turn remote errors into :class:`StepFailed`; a pending abort stops before it."""
+        self.check_abort(name)
+        if name in RECORDED_PHASES:
+            self.record(name, result.deployment, result.release_id)
         self.emit(name, result.deployment)
         start = self.clock.monotonic()
         try:
             yield
-        except StepFailed:
+        except (StepFailed, GaveUp):
             raise
+        except KeyboardInterrupt:
+            # Without our handlers (a caller's own loop), Ctrl-C arrives as an exception.
+            self.abort.trip("SIGINT")
+            self.check_abort(name)
+            raise StepFailed(name, f"{self.node.name}: {name}: interrupted (SIGINT)",
+                             "interrupted") from None
         except ServefleetError as error:
             raise StepFailed(name, str(error)) from error
         except Exception as error:
@@ -339,6 +436,39 @@ class NodeRollout:
             raise StepFailed(name, f"{self.node.name}: {name}: {text}") from error
         finally:
             result.phases.append((name, self.clock.monotonic() - start))
+
+    def check_abort(self, phase: str) -> None:
+        """Raise :class:`GaveUp` after a second signal, and :class:`StepFailed` (class
+        ``interrupted``) after a first one unless a restore is running."""
+        if self.abort.give_up:
+            raise GaveUp(f"{self.node.name}: gave up {phase} on a second signal")
+        if self.abort.requested and not self.restoring:
+            raise StepFailed(phase, f"{self.node.name}: interrupted by {self.abort.signal_name}"
+                             f" before {phase}", "interrupted")
+
+    def record(self, phase: str, deployment: str, release: str | None,
+               abandoned: str | None = None) -> None:
+        """Write the lock's state line (best effort: a controller that cannot write it
+        has lost the node, and the lock still names the previous phase)."""
+        if self.lock is None:
+            return
+        at = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        line = f"phase={phase} deployment={deployment} release={release or '-'} at={at}"
+        if abandoned is not None:
+            self.lock.abandon(f"{line} abandoned={'-'.join(abandoned.split())}")
+        else:
+            self.lock.record(line)
+
+    def deadline_clock(self) -> Callable[[], float]:
+        """The monotonic clock, except that it jumps past every deadline once the rollout
+        must stop waiting: a first signal ends a boot being followed (not a restore's),
+        a second ends everything. Following the boot log and polling the gate both stop
+        at their deadline, so this is how a signal reaches them."""
+        def now() -> float:
+            if self.abort.give_up or (self.abort.requested and not self.restoring):
+                return float("inf")
+            return self.clock.monotonic()
+        return now
 
     def observe(self, deployments: Sequence[str]) -> ObservedNode:
         """One read-only command: the lock and the deployments' facts."""
@@ -364,7 +494,12 @@ class NodeRollout:
         """Observe and plan (read-only)."""
         self.emit("observe")
         observed = self.observe([r.deployment for r in releases])
-        return observed, [plan(r, observed.deployments.get(r.deployment)) for r in releases]
+        items = []
+        for rendered in releases:
+            dep = observed.deployments.get(rendered.deployment)
+            items.append(dataclasses.replace(plan(rendered, dep), recovery=recovery_notes(
+                observed.lock, dep, rendered.deployment)))
+        return observed, items
 
     def deploy(self, releases: Sequence[RenderedRelease],
                deployments: Mapping[str, Deployment]) -> NodeResult:
@@ -376,12 +511,15 @@ class NodeRollout:
             self.emit("done", message="unchanged")
             return result
         self.emit("lock")
-        lock = NodeLock(self.transport, lock_owner("deploy", self.clock.now()),
-                        force=self.force_unlock)
+        lock = NodeLock(self.transport, "deploy", self.clock.now(), unlock_id=self.unlock_id)
         # Re-observe under the lock in the same round trip: another rollout may have
         # finished between the first look and the lock.
         text = lock.acquire(remote.observe(self.node.base_dir, [r.deployment for r in releases]))
+        self.lock = lock
         try:
+            if lock.taken_over is not None:
+                self.emit("lock", message=f"took over the lock abandoned "
+                          f"{lock.taken_over.where()}: repairing")
             observed = self._parse_observation(text)
             for rendered in releases:
                 dep = observed.deployments.get(rendered.deployment)
@@ -389,10 +527,21 @@ class NodeRollout:
                 if not item.changes:
                     result.deployments.append(self._unchanged(item))
                     continue
+                if self.abort.requested:
+                    result.deployments.append(DeploymentResult(
+                        self.node.name, item.deployment, "skipped", item.release_id,
+                        item.current_release, plan=item, failure=Failure(
+                            "lock", f"not started: interrupted by {self.abort.signal_name}",
+                            "interrupted")))
+                    continue
                 target = self.target_for(rendered, deployments[rendered.deployment])
-                result.deployments.append(self.activate(target, dep, "deploy", item))
+                deployed = self.activate(target, dep, "deploy", item)
+                result.deployments.append(deployed)
+                if deployed.status == "interrupted":
+                    break
         finally:
-            lock.release()
+            self.lock = None
+            lock.release()  # a no-op once abandoned: the lock then stays for the next run
         self.emit("done", message=result.status)
         return result
 
@@ -430,51 +579,119 @@ class NodeRollout:
                  item: PlanItem | None = None) -> DeploymentResult:
         """Make ``target`` the running, current release (under the node lock)."""
         previous = observed.current_release if observed else None
-        prev_manifest = (observed.manifest if observed else None) or {}
         result = DeploymentResult(self.node.name, target.deployment, "failed",
                                   target.release_id, previous, plan=item)
         touched = started = False
         try:
-            with self.phase(result, "preflight"):
-                self.preflight(target, observed, prev_manifest)
-            if target.rendered is not None and (item is None or item.upload):
-                with self.phase(result, "upload"):
-                    self.upload(target, repair=item is not None and item.repair)
-            if target.builds_image:
-                with self.phase(result, "build"):
-                    self.transport.run(remote.build(self.compose_cmd, self.node.base_dir,
-                                                    target.deployment, target.release_id,
-                                                    target.compose_files),
-                                       timeout=BUILD_TIMEOUT_SECONDS, idempotent=False,
-                                       what="build the image overlay")
-            touched = True
-            with self.phase(result, "stop"):
-                if observed is not None and observed.running:
-                    self.transport.run(remote.stop(target.deployment), timeout=300,
-                                       what="stop the old engine")
-            with self.phase(result, "gpu"):
-                self.gpu_check(target)
-            started = True
-            report = self.boot(result, target)
-            result.health = report
-            if not report.ok:
-                raise StepFailed("health", report.summary(), report.failure_class,
-                                 report.evidence())
-            with self.phase(result, "switch"):
-                protect = [previous] if previous else []
-                release_store.finish(
-                    self.transport, target.deployment, target.release_id, keep=self.keep,
-                    protect=protect, audit_line=self.audit_line(
-                        operation, target.deployment, target.release_id, "ok",
-                        f"previous {previous or '-'}; {report.summary()}"))
-            result.status = "deployed"
-        except StepFailed as failed:
-            result.failure = failed.failure
-            self.recover(result, target, operation, touched, started, previous, prev_manifest)
+            try:
+                with self.phase(result, "preflight"):
+                    self.preflight(target, observed)
+                if target.rendered is not None and (item is None or item.upload):
+                    with self.phase(result, "upload"):
+                        self.upload(target, repair=item is not None and item.repair)
+                if target.builds_image:
+                    with self.phase(result, "build"):
+                        self.transport.run(remote.build(self.compose_cmd, self.node.base_dir,
+                                                        target.deployment, target.release_id,
+                                                        target.compose_files),
+                                           timeout=BUILD_TIMEOUT_SECONDS, idempotent=False,
+                                           what="build the image overlay")
+                else:
+                    with self.phase(result, "pull"):
+                        self.pull(target)
+                touched = True
+                with self.phase(result, "stop"):
+                    if observed is not None and observed.containers:
+                        self.transport.run(remote.stop(target.deployment), timeout=300,
+                                           what="stop the old engine")
+                with self.phase(result, "gpu"):
+                    self.gpu_check(target)
+                started = True
+                report = self.boot(result, target)
+                result.health = report
+                if not report.ok:
+                    raise StepFailed("health", report.summary(), report.failure_class,
+                                     report.evidence())
+                self.check_abort("switch")
+                self.commit(result, target, operation, previous, report)
+            except StepFailed as failed:
+                result.failure = failed.failure
+                self.recover(result, target, operation, touched, started, observed)
+        except GaveUp as gave_up:
+            self.give_up(result, target, operation, str(gave_up), started)
         return result
 
-    def preflight(self, target: Target, observed: ObservedDeployment | None,
-                  prev_manifest: Mapping[str, Any]) -> PreflightFacts:
+    def commit(self, result: DeploymentResult, target: Target, operation: str,
+               previous: str | None, report: HealthReport) -> None:
+        """The gate passed: mark the engine gated, switch ``current`` (the commit point),
+        then prune and audit. Nothing after the switch undoes it: a failure there is a
+        warning on a deployment that did deploy."""
+        try:
+            self.mark_gated(target.deployment, target.release_id)
+        except ServefleetError as error:
+            result.warnings.append(f"gate mark not written (health and drift will call the "
+                                   f"engine ungated until the next deploy): {error}")
+        with self.phase(result, "switch"):
+            self.transport.run(remote.switch_current(self.node.base_dir, target.deployment,
+                                                     target.release_id),
+                               idempotent=True, what=f"switch current to {target.release_id}")
+        result.status = "deployed"
+        self.finish(result, target.deployment, [target.release_id, previous],
+                    self.audit_line(operation, target.deployment, target.release_id, "ok",
+                                    f"previous {previous or '-'}; {report.summary()}"))
+
+    def finish(self, result: DeploymentResult, deployment: str, protect: Sequence[str | None],
+               audit_line: str) -> None:
+        """After the switch: prune, then audit; each failure is a warning."""
+        kept = [r for r in protect if r]
+        steps = (("prune old releases", remote.prune_releases(
+                      self.node.base_dir, deployment, self.keep, kept)),
+                 ("append the audit line", remote.append_audit(
+                      self.node.base_dir, deployment, audit_line)))
+        for what, argv in steps:
+            try:
+                self.transport.run(argv, idempotent=False, timeout=RECORD_TIMEOUT_SECONDS * 4,
+                                   what=what)
+            except ServefleetError as error:
+                result.warnings.append(f"{what} failed after the switch (the new release "
+                                       f"stays current): {error}")
+
+    def mark_gated(self, deployment: str, release_id: str) -> None:
+        """Record that the running engine of ``release_id`` passed its gate."""
+        at = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.transport.run(remote.mark_gated(self.node.base_dir, deployment, release_id, at),
+                           idempotent=True, timeout=RECORD_TIMEOUT_SECONDS * 2,
+                           what="mark the engine gated")
+
+    def pull(self, target: Target) -> None:
+        """Pull the release's missing images while the old engine still serves."""
+        done = self.transport.run(
+            remote.pull(self.compose_cmd, self.node.base_dir, target.deployment,
+                        target.release_id, target.compose_files),
+            timeout=BUILD_TIMEOUT_SECONDS, idempotent=True, what="pull the images")
+        for line in done.text().splitlines():
+            self.emit("pull", target.deployment, line)
+
+    def give_up(self, result: DeploymentResult, target: Target, operation: str, why: str,
+                started: bool) -> None:
+        """A second signal: write the audit line and leave the lock, marked abandoned with
+        the phase, so that the next plan shows what was left and the next deploy repairs
+        it. No waiting: each record is one short command, best effort."""
+        phase = result.phases[-1][0] if result.phases else "lock"
+        result.status = "interrupted"
+        engine = (f"engine {target.release_id} may run ungated" if started
+                  else "no new engine started")
+        result.failure = result.failure or Failure(phase, f"{why}; {engine}", "interrupted")
+        with contextlib.suppress(ServefleetError):
+            self.transport.run(remote.append_audit(
+                self.node.base_dir, target.deployment, self.audit_line(
+                    operation, target.deployment, target.release_id, "interrupted",
+                    f"{phase}: {why}; {engine}")),
+                idempotent=False, timeout=RECORD_TIMEOUT_SECONDS, what="append the audit line")
+        self.record(phase, target.deployment, target.release_id,
+                    abandoned=f"second signal during {phase}")
+
+    def preflight(self, target: Target, observed: ObservedDeployment | None) -> PreflightFacts:
         """Docker, compose, disk, port; raise :class:`StepFailed` naming what is missing."""
         facts = parse_preflight(self.transport.run(
             remote.preflight(self.node.base_dir, target.port), what="preflight").text())
@@ -489,7 +706,7 @@ class NodeRollout:
             problems.append(f"only {facts.disk_free_bytes / 2**30:.2f} GiB free under "
                             f"{self.node.base_dir} (need {MIN_FREE_DISK_BYTES / 2**30:.0f} GiB)")
         own_port = observed is not None and observed.running and \
-            int(prev_manifest.get("port") or -1) == target.port
+            int((observed.manifest or {}).get("port") or -1) == target.port
         if facts.port_in_use and not own_port:
             problems.append(f"port {target.port} is already in use by another process")
         if problems:
@@ -537,6 +754,7 @@ class NodeRollout:
         """``up -d``, follow the boot log, run the health gate and, when it passed, the rest
         of the health checks; return the report of both."""
         deadline = self.clock.monotonic() + target.gate.boot_deadline_seconds
+        clock = self.deadline_clock()
         with self.phase(result, "up"):
             done = self.transport.run(
                 remote.up(self.compose_cmd, self.node.base_dir, target.deployment,
@@ -546,7 +764,7 @@ class NodeRollout:
         with self.phase(result, "boot"):
             booted = follow_boot(
                 self.transport, target.deployment, since, engine=target.engine,
-                deadline=deadline, clock=self.clock.monotonic,
+                deadline=deadline, clock=clock,
                 on_line=lambda line: self.emit("boot", target.deployment,
                                                clean_line(line, 0).msg[:160]))
         with self.phase(result, "health"):
@@ -556,9 +774,10 @@ class NodeRollout:
             if self.send is not None:
                 client.send = self.send
             report = run_gate(booted.facts, url, target.gate, deadline=deadline,
-                              client=client, clock=self.clock.monotonic,
+                              client=client, clock=clock,
                               sleep=self.clock.sleep, failure_class=booted.failure_class,
                               log_tail=booted.tail)
+            self.check_abort("health")
             if not report.ok or target.profile is None:
                 return report
             rows, failure_class = gate_checks(
@@ -571,56 +790,93 @@ class NodeRollout:
                                        failure_class=report.failure_class or failure_class)
 
     def recover(self, result: DeploymentResult, target: Target, operation: str, touched: bool,
-                started: bool, previous: str | None,
-                prev_manifest: Mapping[str, Any]) -> None:
-        """After a failure: stop the failed engine, restore the previous release if the old
-        one was stopped, and write the audit line (best effort: the node may be gone)."""
+                started: bool, observed: ObservedDeployment | None) -> None:
+        """After a failure: stop the failed engine, restore what served before once the old
+        engine was stopped (else ``last-good``, else ``previous``), and write the audit line
+        (best effort: the node may be gone). A second signal here raises :class:`GaveUp`."""
         failure = result.failure
         assert failure is not None
+        chosen = restore_candidate(observed, target.release_id) if touched else None
         try:
             if started:
-                # A failed engine restarts forever under its restart policy: stop it.
+                # A failed engine must not keep restarting under its restart policy.
                 self.transport.run(remote.stop(target.deployment,
                                                grace_seconds=FAILED_STOP_GRACE_SECONDS),
                                    timeout=300, what="stop the failed engine")
-            if touched and previous and previous != target.release_id:
-                result.restore = self.restore(result.deployment, previous, prev_manifest)
+            if chosen is not None:
+                result.restore = self.restore(result, chosen)
                 result.status = "rolled_back" if result.restore.ok else "restore_failed"
-            detail = f"{failure.phase}: {failure.message}"
-            if result.restore is not None:
-                detail += f"; restored {previous}: {result.restore.message}"
+            elif touched and observed is not None and observed.running:
+                result.restore = Restore("-", False, "no earlier release on the node to "
+                                         "restore: no engine serves")
+                result.status = "restore_failed"
+        except ServefleetError as error:
+            if result.restore is None and chosen is not None:
+                result.restore = Restore(chosen, False, f"not restored: {error}")
+                result.status = "restore_failed"
+        detail = f"{failure.phase}: {failure.message}"
+        if result.restore is not None:
+            detail += f"; restored {result.restore.release_id}: {result.restore.message}"
+        with contextlib.suppress(ServefleetError):
             release_store.audit(self.transport, target.deployment, self.audit_line(
                 operation, target.deployment, target.release_id, result.status, detail))
-        except ServefleetError as error:
-            if result.restore is None and touched and previous:
-                result.restore = Restore(previous, False, f"not restored: {error}")
-                result.status = "restore_failed"
 
-    def restore(self, deployment: str, release_id: str,
-                manifest: Mapping[str, Any]) -> Restore:
-        """Start ``release_id`` again and wait until it is healthy."""
+    def restore(self, result: DeploymentResult, release_id: str) -> Restore:
+        """Start ``release_id`` again, gate it, and make it ``current`` when it passes."""
+        deployment = result.deployment
         self.emit("restore", deployment, f"restoring {release_id}")
-        target = self.target_from_manifest(deployment, release_id, manifest)
-        scratch = DeploymentResult(self.node.name, deployment, "failed", release_id)
+        self.restoring = True
         try:
-            report = self.boot(scratch, target)
+            with self.phase(result, "restore"):
+                manifest = self.manifest_of(deployment, release_id)
+            target = self.target_from_manifest(deployment, release_id, manifest)
+            scratch = DeploymentResult(self.node.name, deployment, "failed", release_id)
+            try:
+                report = self.boot(scratch, target)
+            except StepFailed as failed:
+                report = None
+                message = failed.failure.message
+            finally:
+                result.phases += [(f"restore {p}", t) for p, t in scratch.phases]
+            if report is None or not report.ok:
+                with contextlib.suppress(ServefleetError):
+                    self.transport.run(remote.stop(deployment,
+                                                   grace_seconds=FAILED_STOP_GRACE_SECONDS),
+                                       what="stop the failed restore")
+                return Restore(release_id, False,
+                               report.summary() if report is not None else message, report)
+            warnings: list[str] = []
+            try:
+                self.mark_gated(deployment, release_id)
+                # What serves is what current names: the restored release passed its gate.
+                self.transport.run(remote.switch_current(self.node.base_dir, deployment,
+                                                         release_id),
+                                   idempotent=True, what=f"switch current to {release_id}")
+            except ServefleetError as error:
+                warnings.append(f" (bookkeeping failed: {error})")
+            return Restore(release_id, True,
+                           f"release {release_id} serves again{''.join(warnings)}", report)
         except StepFailed as failed:
             return Restore(release_id, False, failed.failure.message)
-        if not report.ok:
-            with contextlib.suppress(ServefleetError):
-                self.transport.run(remote.stop(deployment,
-                                               grace_seconds=FAILED_STOP_GRACE_SECONDS),
-                                   what="stop the failed restore")
-            return Restore(release_id, False, report.summary(), report)
-        return Restore(release_id, True, f"release {release_id} serves again", report)
+        finally:
+            self.restoring = False
+
+    def manifest_of(self, deployment: str, release_id: str) -> Mapping[str, Any]:
+        """A release's manifest, read from the node."""
+        infos = release_store.list_releases(self.transport, deployment)
+        found = next((i for i in infos if i.release_id == release_id), None)
+        if found is None or found.manifest is None:
+            raise StepFailed("restore", f"{self.node.name}/{deployment}: release {release_id} "
+                             "has no readable manifest")
+        return found.manifest
 
     # -- rollback -------------------------------------------------------------------------
     def rollback(self, deployment: str, to: str | None = None) -> DeploymentResult:
         """Make an earlier release current again (default: the one before ``current``)."""
         self.emit("lock", deployment)
-        lock = NodeLock(self.transport, lock_owner("rollback", self.clock.now()),
-                        force=self.force_unlock)
+        lock = NodeLock(self.transport, "rollback", self.clock.now(), unlock_id=self.unlock_id)
         text = lock.acquire(remote.observe(self.node.base_dir, [deployment]))
+        self.lock = lock
         try:
             observed = self._parse_observation(text).deployments.get(deployment)
             if observed is None:
@@ -635,28 +891,48 @@ class NodeRollout:
             target = self.target_from_manifest(deployment, chosen.release_id, chosen.manifest)
             return self.activate(target, observed, "rollback")
         finally:
+            self.lock = None
             lock.release()
+
+
+def restore_candidate(observed: ObservedDeployment | None, failed: str) -> str | None:
+    """The release a failure restores: what was current (it served), else ``last-good``
+    (the last release that passed its gate here: a failed repair of the current release
+    lands here or on ``previous``), else ``previous``; never the release that just failed,
+    and only one whose folder is on the node."""
+    if observed is None:
+        return None
+    for release in (observed.current_release, observed.last_good, observed.previous_release):
+        if release and release != failed and release in observed.releases:
+            return release
+    return None
+
+
+EDITED_MARK = ".edited-"
+"""Infix of a release folder moved aside by a repair (``<id>.edited-<UTC time>``)."""
 
 
 def choose_rollback(infos: Sequence[ReleaseInfo], current: str | None, to: str | None,
                     where: str) -> ReleaseInfo:
     """The release a rollback goes to: ``to``; else the one ``previous`` names (what was
-    current before); else the newest one made before ``current``."""
+    current before); else the newest one made before ``current``. A hand-edited copy kept
+    aside by a repair (``<id>.edited-<time>``) is never chosen by default: only by name."""
     known = {info.release_id: info for info in infos}
     if to is not None:
         if to not in known:
             raise ConfigError(f"{where}: no release {to!r} on the node (there: "
                               f"{', '.join(known) or 'none'})")
         return known[to]
-    previous = next((i for i in infos if i.previous and i.release_id != current), None)
+    candidates = [i for i in infos if i.release_id != current and EDITED_MARK not in i.release_id]
+    previous = next((i for i in candidates if i.previous), None)
     if previous is not None:
         return previous
     current_info = known.get(current or "")
-    older = [i for i in infos if i.release_id != current and
-             (current_info is None or i.created_at < current_info.created_at)]
+    older = [i for i in candidates
+             if current_info is None or i.created_at < current_info.created_at]
     if not older:
         raise ConfigError(f"{where}: no release older than the current {current or '-'} to "
-                          "roll back to")
+                          "roll back to (see `servefleet releases`; --to RELEASE picks one)")
     return older[0]  # infos are newest first
 
 
@@ -681,10 +957,23 @@ def _group(releases: Sequence[RenderedRelease]) -> dict[str, list[RenderedReleas
     return grouped
 
 
+def check_rules(project: Project) -> list[Finding]:
+    """Run every validation rule (what ``servefleet validate`` runs): raise
+    :class:`ValidationFailed` with one line per error, before any node is touched; return
+    the warnings and notices for the caller to show."""
+    findings = validate(project)
+    errors = [f for f in findings if f.severity is Severity.ERROR]
+    if errors:
+        raise ValidationFailed([str(f) for f in errors])
+    return findings
+
+
 def render_for(project: Project, nodes: Sequence[str] | None,
                secrets: Mapping[str, str] | None, *,
                require_secrets: bool = True) -> list[RenderedRelease]:
-    """Render the stack's deployments on ``nodes`` (all when empty); one error for all."""
+    """Validate the project (errors stop here), then render the stack's deployments on
+    ``nodes`` (all when empty); one error for all."""
+    check_rules(project)
     deployments = project.deployments(list(nodes) if nodes else None)
     if not deployments:
         raise ConfigError(f"stack {project.stack.stack!r} places nothing on "
@@ -725,17 +1014,31 @@ def plan_fleet(project: Project, nodes: Sequence[str] | None = None,
 
 def deploy(project: Project, nodes: Sequence[str] | None = None,
            strategy: Strategy | None = None, secrets: Mapping[str, str] | None = None, *,
-           progress: Progress | None = None, force_unlock: bool = False,
+           progress: Progress | None = None, unlock_id: str | None = None,
            clock: Clock | None = None, http: HttpGet = http_get,
-           transport_factory: TransportFactory = _default_transport) -> list[NodeResult]:
+           transport_factory: TransportFactory = _default_transport,
+           abort: Abort | None = None) -> list[NodeResult]:
     """Deploy the stack to ``nodes`` (default: every node of the stack).
 
     ``parallel`` (the stack's default) rolls out all nodes at once, one connection each;
     ``rolling`` goes one node at a time and stops at the first failure (the rest are
     ``skipped``). Secrets fill the nodes' env files and are masked in everything printed.
-    Everything is rendered first, so a render error stops the deploy before any node is
-    touched.
+    Everything is validated and rendered first, so a rule's error or a render error stops
+    the deploy before any node is touched. SIGINT, SIGTERM and SIGHUP become a controlled
+    abort while it runs (see the module docstring); ``unlock_id`` removes a lock with that id
+    first (``--force-unlock LOCK_ID``).
     """
+    abort = abort or Abort()
+    with abort.handling_signals():
+        return _deploy(project, nodes, strategy, secrets, progress=progress,
+                       unlock_id=unlock_id, clock=clock, http=http,
+                       transport_factory=transport_factory, abort=abort)
+
+
+def _deploy(project: Project, nodes: Sequence[str] | None, strategy: Strategy | None,
+            secrets: Mapping[str, str] | None, *, progress: Progress | None,
+            unlock_id: str | None, clock: Clock | None, http: HttpGet,
+            transport_factory: TransportFactory, abort: Abort) -> list[NodeResult]:
     strategy = strategy or project.stack.strategy
     clock = clock or Clock()
     releases = render_for(project, nodes, secrets)
@@ -749,7 +1052,8 @@ def deploy(project: Project, nodes: Sequence[str] | None = None,
         try:
             with transport_factory(node, mask) as transport:
                 rollout = NodeRollout(project, node, transport, clock=clock, progress=progress,
-                                      http=http, force_unlock=force_unlock, secrets=secrets)
+                                      http=http, unlock_id=unlock_id, secrets=secrets,
+                                      abort=abort)
                 result = rollout.deploy(grouped[name], {
                     r.deployment: deployments[r.key] for r in grouped[name]})
         except ServefleetError as error:
@@ -765,9 +1069,11 @@ def deploy(project: Project, nodes: Sequence[str] | None = None,
             return list(pool.map(one, names))
     results: list[NodeResult] = []
     for name in names:
-        if results and not results[-1].ok:
-            results.append(NodeResult(name, error="not attempted: an earlier node failed "
-                                      "(rolling strategy)", error_kind="skipped"))
+        if (results and not results[-1].ok) or abort.requested:
+            why = (f"interrupted by {abort.signal_name}" if abort.requested
+                   else "an earlier node failed (rolling strategy)")
+            results.append(NodeResult(name, error=f"not attempted: {why}",
+                                      error_kind="skipped"))
             continue
         results.append(one(name))
     return results
@@ -780,37 +1086,56 @@ def _node(project: Project, name: str) -> Node:
 
 
 def rollback(project: Project, node: str, deployment: str = "main", to: str | None = None, *,
-             progress: Progress | None = None, force_unlock: bool = False,
+             secrets: Mapping[str, str] | None = None,
+             progress: Progress | None = None, unlock_id: str | None = None,
              clock: Clock | None = None, http: HttpGet = http_get,
-             transport_factory: TransportFactory = _default_transport) -> DeploymentResult:
-    """Roll ``node``'s ``deployment`` back to release ``to`` (default: the previous one)."""
-    with transport_factory(_node(project, node), SecretMask()) as transport:
+             transport_factory: TransportFactory = _default_transport,
+             abort: Abort | None = None) -> DeploymentResult:
+    """Roll ``node``'s ``deployment`` back to release ``to`` (default: the previous one).
+    ``secrets`` are those the profiles need for their probes (an API key): the gate of the
+    release rolled back to, and of a restore, probe with them."""
+    check_rules(project)
+    abort = abort or Abort()
+    with abort.handling_signals(), \
+            transport_factory(_node(project, node), SecretMask.from_mapping(secrets)) as transport:
         return NodeRollout(project, transport.node, transport, clock=clock,
-                           progress=progress, http=http,
-                           force_unlock=force_unlock).rollback(deployment, to)
+                           progress=progress, http=http, unlock_id=unlock_id,
+                           secrets=secrets, abort=abort).rollback(deployment, to)
+
+
+def unlock(project: Project, node: str, lock_id: str, *,
+           transport_factory: TransportFactory = _default_transport) -> str:
+    """Remove ``node``'s lock if its id is ``lock_id`` (``servefleet unlock NODE LOCK_ID``):
+    ``removed`` or ``not locked``; :class:`LockHeld` when the lock has another id."""
+    with transport_factory(_node(project, node), SecretMask()) as transport:
+        return remove_lock(transport, lock_id)
 
 
 def observe_node(project: Project, node: str, deployments: Sequence[str] = ("main",), *,
+                 secrets: Mapping[str, str] | None = None,
                  transport_factory: TransportFactory = _default_transport) -> ObservedNode:
     """What runs on ``node`` (read-only, one command): current releases, their manifests,
     containers, and the lock holder."""
-    with transport_factory(_node(project, node), SecretMask()) as transport:
+    with transport_factory(_node(project, node), SecretMask.from_mapping(secrets)) as transport:
         return NodeRollout(project, transport.node, transport).observe(deployments)
 
 
 def list_releases(project: Project, node: str, deployment: str = "main", *,
+                  secrets: Mapping[str, str] | None = None,
                   transport_factory: TransportFactory = _default_transport,
                   ) -> list[ReleaseInfo]:
     """The releases of ``node``'s ``deployment``, newest first."""
-    with transport_factory(_node(project, node), SecretMask()) as transport:
+    with transport_factory(_node(project, node), SecretMask.from_mapping(secrets)) as transport:
         return release_store.list_releases(transport, deployment)
 
 
 def stream_logs(project: Project, node: str, deployment: str = "main", *, follow: bool = False,
                 tail: int | None = 200, should_stop: Callable[[], bool] | None = None,
+                secrets: Mapping[str, str] | None = None,
                 transport_factory: TransportFactory = _default_transport) -> Iterator[str]:
-    """The engine's log lines (``--follow`` keeps streaming until ``should_stop``)."""
-    with transport_factory(_node(project, node), SecretMask()) as transport:
+    """The engine's log lines (``--follow`` keeps streaming until ``should_stop``); the
+    values of ``secrets`` are masked in every line."""
+    with transport_factory(_node(project, node), SecretMask.from_mapping(secrets)) as transport:
         argv = remote.logs(deployment, follow=follow, tail=tail)
         # stdout and stderr arrive merged, in the order the engine wrote them.
         for raw in transport.stream_lines(argv, should_stop=should_stop):
@@ -818,9 +1143,10 @@ def stream_logs(project: Project, node: str, deployment: str = "main", *, follow
 
 
 def stop_deployment(project: Project, node: str, deployment: str = "main", *,
+                    secrets: Mapping[str, str] | None = None,
                     transport_factory: TransportFactory = _default_transport) -> None:
     """Stop a deployment's engine (its releases stay on the node)."""
-    with transport_factory(_node(project, node), SecretMask()) as transport:
+    with transport_factory(_node(project, node), SecretMask.from_mapping(secrets)) as transport:
         rollout = NodeRollout(project, transport.node, transport)
         transport.run(remote.stop(deployment), timeout=300, what="stop the engine")
         # No audit log when the deployment never got a folder on this node.

@@ -13,6 +13,12 @@ The observe command prints sections introduced by ``@@`` marker lines::
     releases/<id>                  (readlink of <base>/main/current)
     @@releases
     <id>                           (one per line)
+    @@previous
+    releases/<id>                  (readlink of <base>/main/previous)
+    @@last-good
+    releases/<id>                  (readlink of <base>/main/last-good)
+    @@gated
+    release=<id> started=<time> …  (<base>/main/gated: the engine that passed its gate)
     @@manifest
     {…}                            (current release's manifest.json)
     @@files
@@ -34,6 +40,7 @@ from typing import Any
 
 from pydantic import Field
 
+from servefleet.core.lockinfo import LockInfo, parse_lock
 from servefleet.core.models.common import StrictModel
 from servefleet.core.render.release import LABEL_PREFIX
 
@@ -111,6 +118,27 @@ class ObservedDeployment(StrictModel):
     """The compose project's containers (any state)."""
     docker_error: str | None = None
     """What ``docker`` said when it could not list the containers."""
+    previous_release: str | None = None
+    """Release ``previous`` points to: what was current before."""
+    last_good: str | None = None
+    """Release ``last-good`` points to: the last one whose engine passed its health gate
+    here (written only after a passed gate; the restore target of a failed repair)."""
+    gated_release: str | None = None
+    """Release of the engine that last passed its gate (``<deployment>/gated``)."""
+    gated_started_at: str | None = None
+    """Docker's ``StartedAt`` of that engine's container when it passed: an engine started
+    (or restarted by Docker) since then has not been gated."""
+
+    @property
+    def ungated(self) -> bool:
+        """An engine runs that has not passed its health gate: no gate was recorded for
+        this release, or its container started (or was restarted) after the gate passed."""
+        running = [c for c in self.containers if c.running]
+        if not running:
+            return False
+        container = running[0]
+        return (self.gated_release is None or container.release_id != self.gated_release
+                or container.started_at != self.gated_started_at)
 
     @property
     def engine_argv(self) -> list[str] | None:
@@ -157,9 +185,15 @@ class ObservedNode(StrictModel):
     """One observe command's answer: the lock and every asked-for deployment."""
 
     lock_owner: str | None = None
-    """Content of the node lock's owner file; ``None`` when the node is not locked."""
+    """Content of the node lock's owner file (and its state line, see
+    :mod:`servefleet.core.lockinfo`); ``None`` when the node is not locked."""
     deployments: dict[str, ObservedDeployment] = Field(default_factory=dict)
     """Deployments found on the node, by name; a name absent here has never been deployed."""
+
+    @property
+    def lock(self) -> LockInfo | None:
+        """The lock, parsed (``None``: the node is not locked)."""
+        return parse_lock(self.lock_owner)
 
 
 class ReleaseInfo(StrictModel):
@@ -298,6 +332,7 @@ def _deployment(name: str, parts: dict[str, list[str]]) -> ObservedDeployment:
         docker_error = " ".join(ln.strip() for ln in parts["docker-error"] if ln.strip())[:300]
     # Running containers first: they are what serves.
     containers.sort(key=lambda c: (not c.running, c.name))
+    gated = parse_gate_mark(parts.get("gated"))
     return ObservedDeployment(
         name=name,
         current_release=_release_of_link(current_lines[0]) if current_lines else None,
@@ -307,7 +342,22 @@ def _deployment(name: str, parts: dict[str, list[str]]) -> ObservedDeployment:
         file_hashes=_file_hashes(parts.get("files")),
         containers=tuple(containers),
         docker_error=docker_error or None,
+        previous_release=_link(parts.get("previous")),
+        last_good=_link(parts.get("last-good")),
+        gated_release=gated.get("release"),
+        gated_started_at=gated.get("started"),
     )
+
+
+def _link(lines: list[str] | None) -> str | None:
+    found = [ln for ln in lines or [] if ln.strip()]
+    return _release_of_link(found[0]) if found else None
+
+
+def parse_gate_mark(lines: list[str] | None) -> dict[str, str]:
+    """``release=<id> started=<StartedAt> at=<time>`` (the ``gated`` file) as a mapping."""
+    text = " ".join(lines or [])
+    return dict(part.split("=", 1) for part in text.split() if "=" in part)
 
 
 def parse_observation(text: str) -> ObservedNode:

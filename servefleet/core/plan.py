@@ -12,8 +12,13 @@ Actions:
   not running it (killed, crash-looping, unhealthy, started from another release), or its
   files were edited on the node (their sha256 differ from the rendered ones): a *repair*,
   which uploads the release again in place of the edited folder.
-* ``unchanged``: the desired release is current and its engine runs. A deploy then writes
-  nothing at all on the node.
+* ``unchanged``: the desired release is current and its engine runs, gated. A deploy then
+  writes nothing at all on the node.
+
+An engine that runs without a passed gate (no ``gated`` mark for its container: a rollout
+was interrupted while it booted, or Docker restarted it since) is never ``unchanged``: the
+plan says ``ungated`` and a deploy restarts it through the gate. :func:`recovery_notes`
+turns a lock left by an interrupted rollout into ``repair: …`` lines.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from servefleet.core.lockinfo import LockInfo
 from servefleet.core.observed import ObservedDeployment
 from servefleet.core.render import FlagDiff, RenderedRelease, diff_flags
 from servefleet.core.render.engine_args import MODEL_FLAG
@@ -100,6 +106,9 @@ class PlanItem:
     """Why the deployment is not unchanged, one phrase each."""
     engine_state: str = "no container"
     """The engine as observed (``running``, ``exited (exit 137)``…)."""
+    recovery: tuple[str, ...] = ()
+    """``repair: …`` lines: what an interrupted rollout left on the node (its lock's
+    recorded phase, an ungated engine), see :func:`recovery_notes`."""
 
     @property
     def changes(self) -> bool:
@@ -110,9 +119,11 @@ class PlanItem:
         """Human lines: the action, why, and the flag diff."""
         head = f"{self.node}/{self.deployment}: {self.action}"
         if self.action == "unchanged":
-            return [f"{head} (release {self.release_id}, {self.engine_state})"]
+            return [f"{head} (release {self.release_id}, {self.engine_state})",
+                    *(f"  {line}" for line in self.recovery)]
         old = self.current_release or "none"
         lines = [f"{head}: release {old} -> {self.release_id}"]
+        lines += [f"  {line}" for line in self.recovery]
         if self.previous_profile and self.previous_profile != self.profile:
             lines.append(f"  profile {self.previous_profile} -> {self.profile}")
         lines += [f"  {reason}" for reason in self.reasons]
@@ -143,6 +154,7 @@ class PlanItem:
             "changed_files": list(self.changed_files),
             "reasons": list(self.reasons),
             "engine_state": self.engine_state,
+            "recovery": list(self.recovery),
         }
 
 
@@ -175,7 +187,45 @@ def _engine_problem(desired: RenderedRelease, observed: ObservedDeployment) -> s
         return f"engine runs release {running}, not the current {observed.current_release}"
     if any(c.running and c.health == "unhealthy" for c in observed.containers):
         return "engine is unhealthy (Docker healthcheck)"
+    if observed.ungated:
+        return ungated_reason(observed)
     return None
+
+
+def ungated_reason(observed: ObservedDeployment) -> str:
+    """Why the running engine counts as ungated, in one phrase."""
+    release = observed.running_release or "?"
+    if observed.gated_release is None:
+        return f"engine {release} ungated (no passed health gate recorded)"
+    if observed.gated_release != release:
+        return (f"engine {release} ungated (the last gate passed for "
+                f"{observed.gated_release})")
+    return (f"engine {release} ungated (started again since its gate passed, "
+            f"{observed.restart_count} Docker restarts)")
+
+
+def recovery_notes(lock: LockInfo | None, observed: ObservedDeployment | None,
+                   deployment: str) -> tuple[str, ...]:
+    """``repair: …`` lines for a deployment a rollout may have left half-done: the lock's
+    last recorded phase (``interrupted during the boot gate at <time>``) and the engine it
+    left ungated. Empty when the node is not locked by a rollout of this deployment and its
+    engine is gated."""
+    notes: list[str] = []
+    if lock is not None and lock.deployment in (None, deployment):
+        holder = f"lock {lock.lock_id or '(no id)'} held by {lock.who or lock.owner}"
+        if lock.abandoned:
+            state = f"gave up {lock.where()}"
+        elif lock.phase is None:
+            state = "a rollout holds the lock " + lock.where()
+        else:
+            state = f"interrupted {lock.where()}, or still running"
+        engine = ""
+        if lock.engine_ungated and lock.release:
+            engine = f"; engine {lock.release} ungated"
+        notes.append(f"repair: {state} ({holder}){engine}")
+    if observed is not None and observed.ungated and not any("ungated" in n for n in notes):
+        notes.append(f"repair: {ungated_reason(observed)}")
+    return tuple(notes)
 
 
 def plan(desired: RenderedRelease, observed: ObservedDeployment | None) -> PlanItem:

@@ -31,14 +31,18 @@ def test_observe() -> None:
     assert remote.observe("/srv/sf", ["main", "alt"]) == [
         "sh", "-c",
         "base=$1; fmt=$2; shift 2; printf '@@servefleet-observe 1\\n@@lock\\n'; "
-        'cat "$base/.servefleet-lock/owner" 2>/dev/null; '
+        'cat "$base/.servefleet-lock/owner" "$base/.servefleet-lock/state" 2>/dev/null; '
         'for d in "$@"; do dir=$base/$d; printf \'@@deployment %s\\n\' "$d"; '
         "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; continue; fi; "
         "printf '@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
         "printf '@@releases\\n'; ls -1 \"$dir/releases\" 2>/dev/null; "
+        "printf '@@previous\\n'; readlink \"$dir/previous\" 2>/dev/null; "
+        "printf '@@last-good\\n'; readlink \"$dir/last-good\" 2>/dev/null; "
+        "printf '@@gated\\n'; cat \"$dir/gated\" 2>/dev/null; "
         "printf '@@manifest\\n'; cat \"$dir/current/manifest.json\" 2>/dev/null; echo; "
         + remote._FILES_BODY +
-        'if ids=$(docker ps -aq --filter "label=com.docker.compose.project=$d" 2>&1); then '
+        'if ids=$(docker ps -aq --filter "label=com.docker.compose.project=servefleet-$d" '
+        '2>&1); then '
         "printf '@@containers\\n'; "
         '[ -z "$ids" ] || docker inspect --format "$fmt" $ids 2>&1; '
         "else printf '@@docker-error\\n%s\\n' \"$ids\"; fi; done; printf '@@end\\n'",
@@ -80,23 +84,16 @@ def test_preflight() -> None:
 
 
 def test_acquire_lock() -> None:
-    script = (
-        "base=$1; owner=$2; force=$3; lock=$base/.servefleet-lock; "
-        'mkdir -p "$base" || exit 1; if [ "$force" = force ]; then rm -rf "$lock"; fi; '
-        'if ! mkdir "$lock" 2>/dev/null; then '
-        'cat "$lock/owner" 2>/dev/null || echo "(owner not recorded yet)"; exit 3; fi; '
-        "printf '%s\\n' \"$owner\" > \"$lock/owner\""
-    )
-    assert remote.acquire_lock("/srv/sf", "me@ctl pid=1") == [
-        "sh", "-c", script, "sh", "/srv/sf", "me@ctl pid=1", ""]
-    assert remote.acquire_lock("/srv/sf", "me@ctl pid=1", force=True) == [
-        "sh", "-c", script, "sh", "/srv/sf", "me@ctl pid=1", "force"]
+    assert remote.acquire_lock("/srv/sf", "me@ctl pid=1 id=ab12") == [
+        "sh", "-c", remote.LOCK_SCRIPT, "sh", "/srv/sf", "me@ctl pid=1 id=ab12", ""]
+    assert remote.acquire_lock("/srv/sf", "me@ctl pid=1 id=ab12", unlock_id="cd34") == [
+        "sh", "-c", remote.LOCK_SCRIPT, "sh", "/srv/sf", "me@ctl pid=1 id=ab12", "cd34"]
 
 
 def test_release_lock() -> None:
     assert remote.release_lock("/srv/sf", "me@ctl pid=1") == [
         "sh", "-c",
-        'lock=$1/.servefleet-lock; if [ "$(cat "$lock/owner" 2>/dev/null)" = "$2" ]; '
+        'lock=$1/.servefleet-lock; if [ "$(head -n 1 "$lock/owner" 2>/dev/null)" = "$2" ]; '
         'then rm -rf "$lock"; else echo "lock is no longer ours; left in place" >&2; fi',
         "sh", "/srv/sf", "me@ctl pid=1",
     ]
@@ -154,15 +151,16 @@ def test_append_audit() -> None:
 def test_build() -> None:
     assert remote.build(["docker", "compose"], "/srv/sf", "main", "abc",
                         ["compose.yaml"]) == [
-        "docker", "compose", "-p", "main", "--project-directory", "/srv/sf/main/releases/abc",
-        "-f", "/srv/sf/main/releases/abc/compose.yaml", "build"]
+        "docker", "compose", "-p", "servefleet-main", "--project-directory",
+        "/srv/sf/main/releases/abc", "-f", "/srv/sf/main/releases/abc/compose.yaml", "build"]
 
 
 def test_up() -> None:
     assert remote.up(["docker-compose"], "/srv/sf", "main", "abc",
                      ["compose.yaml", "compose.override.1.yaml", "/etc/site.yaml"]) == [
         "sh", "-c", "printf 'since=%s\\n' \"$(date +%s)\"; exec \"$@\"", "sh",
-        "docker-compose", "-p", "main", "--project-directory", "/srv/sf/main/releases/abc",
+        "docker-compose", "-p", "servefleet-main", "--project-directory",
+        "/srv/sf/main/releases/abc",
         "-f", "/srv/sf/main/releases/abc/compose.yaml",
         "-f", "/srv/sf/main/releases/abc/compose.override.1.yaml",
         "-f", "/etc/site.yaml", "up", "-d", "--remove-orphans"]
@@ -171,8 +169,9 @@ def test_up() -> None:
 def test_stop() -> None:
     script = ('ids=$(docker ps -q --filter "label=com.docker.compose.project=$1") || exit 1; '
               'shift; [ -z "$ids" ] || docker stop "$@" $ids >/dev/null')
-    assert remote.stop("main") == ["sh", "-c", script, "sh", "main"]
-    assert remote.stop("main", grace_seconds=5) == ["sh", "-c", script, "sh", "main", "-t", "5"]
+    assert remote.stop("main") == ["sh", "-c", script, "sh", "servefleet-main"]
+    assert remote.stop("main", grace_seconds=5) == [
+        "sh", "-c", script, "sh", "servefleet-main", "-t", "5"]
 
 
 def test_logs() -> None:
@@ -182,8 +181,9 @@ def test_logs() -> None:
         'shift; exec docker logs "$@" "$c"'
     )
     assert remote.logs("main", follow=True, since="1700000000") == [
-        "sh", "-c", script, "sh", "main", "--follow", "--since", "1700000000"]
-    assert remote.logs("main", tail=200) == ["sh", "-c", script, "sh", "main", "--tail", "200"]
+        "sh", "-c", script, "sh", "servefleet-main", "--follow", "--since", "1700000000"]
+    assert remote.logs("main", tail=200) == [
+        "sh", "-c", script, "sh", "servefleet-main", "--tail", "200"]
 
 
 def test_container_state() -> None:
@@ -191,7 +191,7 @@ def test_container_state() -> None:
         "sh", "-c",
         'ids=$(docker ps -aq --filter "label=com.docker.compose.project=$1") || exit 1; '
         '[ -z "$ids" ] || docker inspect --format "$2" $ids',
-        "sh", "main", INSPECT]
+        "sh", "servefleet-main", INSPECT]
 
 
 def test_sequence_quotes_each_word() -> None:
@@ -273,22 +273,70 @@ def test_prune_keeps_the_newest_and_the_protected(tmp_path: Path) -> None:
     assert list((tmp_path / "main" / "staging").iterdir()) == []
 
 
+ALICE = "alice@a pid=1 since=T op=deploy id=aaaa11112222"
+BOB = "bob@b pid=2 since=T op=deploy id=bbbb33334444"
+
+
 def test_lock_is_exclusive_and_only_its_owner_releases_it(tmp_path: Path) -> None:
     base = str(tmp_path / "base")
-    first = run(remote.acquire_lock(base, "alice@a pid=1 since=T op=deploy"))
+    lock = tmp_path / "base" / remote.LOCK_DIR
+    first = run(remote.acquire_lock(base, ALICE))
     assert first.returncode == 0, first.stderr
-    second = run(remote.acquire_lock(base, "bob@b pid=2 since=T op=deploy"))
+    second = run(remote.acquire_lock(base, BOB))
     assert second.returncode == remote.LOCK_HELD_EXIT
-    assert second.stdout == b"alice@a pid=1 since=T op=deploy\n"
-    assert run(remote.release_lock(base, "bob@b pid=2 since=T op=deploy")).returncode == 0
-    assert (tmp_path / "base" / remote.LOCK_DIR).is_dir()
-    forced = run(remote.acquire_lock(base, "bob@b pid=2 since=T op=deploy", force=True))
+    assert second.stdout == f"{ALICE}\n".encode()
+    assert run(remote.release_lock(base, BOB)).returncode == 0
+    assert lock.is_dir()
+    # --force-unlock with another id leaves a live lock alone.
+    wrong = run(remote.acquire_lock(base, BOB, unlock_id="cccc55556666"))
+    assert wrong.returncode == remote.LOCK_HELD_EXIT
+    assert (lock / "owner").read_text() == f"{ALICE}\n"
+    forced = run(remote.acquire_lock(base, BOB, unlock_id="aaaa11112222"))
     assert forced.returncode == 0
-    assert run(remote.release_lock(base, "alice@a pid=1 since=T op=deploy")).returncode == 0
-    assert (tmp_path / "base" / remote.LOCK_DIR / "owner").read_text() == \
-        "bob@b pid=2 since=T op=deploy\n"
-    run(remote.release_lock(base, "bob@b pid=2 since=T op=deploy"))
-    assert not (tmp_path / "base" / remote.LOCK_DIR).exists()
+    assert run(remote.release_lock(base, ALICE)).returncode == 0
+    assert (lock / "owner").read_text() == f"{BOB}\n"
+    run(remote.release_lock(base, BOB))
+    assert not lock.exists()
+
+
+def test_lock_state_is_written_only_by_the_holder_and_shown_when_held(tmp_path: Path) -> None:
+    base = str(tmp_path)
+    lock = tmp_path / remote.LOCK_DIR
+    run(remote.acquire_lock(base, ALICE))
+    assert run(remote.set_lock_state(base, BOB, "phase=boot")).returncode == \
+        remote.LOCK_HELD_EXIT
+    assert run(remote.set_lock_state(base, ALICE, "phase=boot deployment=main release=r2 "
+                                     "at=T1")).returncode == 0
+    assert (lock / "state").read_text() == "phase=boot deployment=main release=r2 at=T1\n"
+    held = run(remote.acquire_lock(base, BOB))
+    assert held.returncode == remote.LOCK_HELD_EXIT
+    assert held.stdout.decode().splitlines() == [ALICE, "phase=boot deployment=main "
+                                                 "release=r2 at=T1"]
+
+
+def test_an_abandoned_lock_is_taken_over_and_its_lines_returned(tmp_path: Path) -> None:
+    base = str(tmp_path)
+    run(remote.acquire_lock(base, ALICE))
+    run(remote.set_lock_state(base, ALICE, "phase=boot at=T1 abandoned=second-signal"))
+    done = run(remote.sequence(remote.acquire_lock(base, BOB), ["echo", "then"]))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().splitlines() == [
+        remote.LOCK_TAKEN_OVER, ALICE, "phase=boot at=T1 abandoned=second-signal", "",
+        remote.LOCK_TAKEN_OVER_END, "then"]
+    assert (tmp_path / remote.LOCK_DIR / "owner").read_text() == f"{BOB}\n"
+
+
+def test_force_unlock_removes_only_the_lock_with_that_id(tmp_path: Path) -> None:
+    base = str(tmp_path)
+    assert run(remote.force_unlock(base, "aaaa11112222")).stdout == b"not locked\n"
+    run(remote.acquire_lock(base, ALICE))
+    other = run(remote.force_unlock(base, "bbbb33334444"))
+    assert other.returncode == remote.LOCK_HELD_EXIT
+    assert other.stdout.decode().splitlines()[0] == ALICE
+    assert (tmp_path / remote.LOCK_DIR).is_dir()
+    done = run(remote.force_unlock(base, "aaaa11112222"))
+    assert done.returncode == 0 and done.stdout == b"removed\n"
+    assert not (tmp_path / remote.LOCK_DIR).exists()
 
 
 def test_values_are_never_run_as_shell(tmp_path: Path) -> None:
@@ -311,13 +359,14 @@ def test_observe_reads_releases_current_manifest_and_lock(tmp_path: Path) -> Non
     (main / "releases" / "r2" / "manifest.json").write_text(
         '{\n  "release_id": "r2",\n  "engine_argv": ["m", "--x", "1"]\n}\n')
     os.symlink("releases/r2", main / "current")
-    run(remote.acquire_lock(str(tmp_path), "alice@a pid=1 since=T op=deploy"))
+    run(remote.acquire_lock(str(tmp_path), ALICE))
     # No daemon at this socket: docker's answer lands in the docker-error section.
     done = run(remote.observe(str(tmp_path), ["main", "other"]),
                DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
     assert done.returncode == 0, done.stderr
     node = parse_observation(done.stdout.decode())
-    assert node.lock_owner == "alice@a pid=1 since=T op=deploy"
+    assert node.lock_owner == ALICE
+    assert node.lock is not None and node.lock.lock_id == "aaaa11112222"
     assert list(node.deployments) == ["main"]
     main_dep = node.deployments["main"]
     assert main_dep.current_release == "r2"
@@ -403,5 +452,5 @@ def test_up_prints_the_node_time_first(tmp_path: Path) -> None:
     done = run(argv)
     lines = done.stdout.decode().splitlines()
     assert lines[0].startswith("since=") and lines[0][6:].isdigit()
-    assert lines[1] == (f"-p main --project-directory {tmp_path}/main/releases/r1 "
+    assert lines[1] == (f"-p servefleet-main --project-directory {tmp_path}/main/releases/r1 "
                         f"-f {tmp_path}/main/releases/r1/compose.yaml up -d --remove-orphans")

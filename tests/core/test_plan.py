@@ -22,6 +22,7 @@ from servefleet.core.render import (
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRETS = {"HF_TOKEN": "hf_plan_test_token"}
+STARTED = "2026-11-21T10:00:05.123456789Z"
 
 
 @pytest.fixture(scope="module")
@@ -41,21 +42,24 @@ def rendered(project: Project, profile: str, node: str = "dgx-spark-1") -> Rende
 
 
 def observed_of(release: RenderedRelease, *, status: str = "running", exit_code: int = 0,
-                running_release: str | None = None,
-                extra_releases: tuple[str, ...] = ()) -> ObservedDeployment:
-    """What a node that runs ``release`` reports (built from the real manifest)."""
+                running_release: str | None = None, extra_releases: tuple[str, ...] = (),
+                gated: bool = True) -> ObservedDeployment:
+    """What a node that runs ``release`` reports (built from the real manifest); ``gated``:
+    its engine passed its gate (the ``gated`` mark names its container's start)."""
     manifest = manifest_for(release, Deployment(node=release.node, name=release.deployment,
                                                 profile=release.profile),
                             created_at="2026-11-21T10:00:00+00:00", created_by="ops@ctl")
     container = ObservedContainer(
         name=f"{release.deployment}-engine-1", status=status, exit_code=exit_code,
         working_dir=f"/srv/servefleet/{release.deployment}/releases/{release.release_id}",
-        release_label=running_release or release.release_id,
+        release_label=running_release or release.release_id, started_at=STARTED,
     )
     return ObservedDeployment(
         name=release.deployment, current_release=release.release_id,
         releases=tuple(sorted({release.release_id, *extra_releases})),
-        manifest=json.loads(json.dumps(manifest)), containers=(container,))
+        manifest=json.loads(json.dumps(manifest)), containers=(container,),
+        gated_release=(running_release or release.release_id) if gated else None,
+        gated_started_at=STARTED if gated else None)
 
 
 def test_new_deployment_is_created_with_every_flag_added(project: Project) -> None:
