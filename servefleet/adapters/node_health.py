@@ -38,6 +38,7 @@ from typing import Any
 from servefleet.adapters import remote
 from servefleet.adapters.boot_follow import BOOT_DEADLINE, ENGINE_EXITED, follow_boot
 from servefleet.adapters.health_gate import BOOT_CHECKS, GateSpec, check_outcome, headline_facts
+from servefleet.adapters.lock import NodeLock
 from servefleet.adapters.probes import API_KEY_SECRETS, EngineClient, Send, run_probes
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.baselines import (
@@ -50,7 +51,7 @@ from servefleet.core.baselines import (
     record_image,
 )
 from servefleet.core.bootlog import BootFacts, BootLogParser
-from servefleet.core.errors import ConfigError, RemoteError, ServefleetError
+from servefleet.core.errors import ConfigError, LockHeld, RemoteError, ServefleetError
 from servefleet.core.expectations import derive_expectations
 from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow
 from servefleet.core.models import Node, Profile
@@ -501,12 +502,34 @@ class DeploymentCheck:
                                 now=now) or book
         if book is read.book:
             return
-        self.transport.run(write_baselines(self.node.base_dir),
-                           stdin=book.to_text().encode(), what="record the KV baseline")
+        if image:
+            # A rollout's gate: that rollout holds the node lock.
+            self.transport.run(write_baselines(self.node.base_dir),
+                               stdin=book.to_text().encode(), what="record the KV baseline")
+        elif not self.write_locked(book.to_text().encode()):
+            return
         if pool is not None:
             entry = book.baselines[profile.name]
             self.rows.append(CheckRow("KV baseline", "-", f"recorded {entry.kv_pool:,.0f} "
                                       f"{entry.unit} ({entry.recorded_at})", "info"))
+
+
+    def write_locked(self, text: bytes) -> bool:
+        """``servefleet health`` holds no lock: take the node lock for the write, or write
+        nothing while a rollout holds it (its gate records the baseline itself)."""
+        lock = NodeLock(self.transport, "health", self.options.now())
+        try:
+            lock.acquire()
+        except LockHeld:
+            self.rows.append(CheckRow("KV baseline", "-", "not recorded: a rollout holds "
+                                      "the node lock", "info"))
+            return False
+        try:
+            self.transport.run(write_baselines(self.node.base_dir), stdin=text,
+                               what="record the KV baseline")
+        finally:
+            lock.release()
+        return True
 
 
 def check_deployment(project: Project, node: Node, deployment: str, transport: SshTransport,

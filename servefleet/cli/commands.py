@@ -10,6 +10,7 @@ from servefleet.cli.deploy import (
     plan_command,
     releases_command,
     rollback_command,
+    unlock_command,
 )
 from servefleet.cli.drift import drift_command, nightly_group
 from servefleet.cli.health import health_command
@@ -28,6 +29,7 @@ ALL: list[click.Command] = [
     plan_command,
     deploy_command,
     rollback_command,
+    unlock_command,
     releases_command,
     merge_logs_group(logs_group),
     health_command,

@@ -1,4 +1,11 @@
-"""``servefleet plan | deploy | rollback | releases`` and ``servefleet logs NODE``.
+"""``servefleet plan | deploy | rollback | unlock | releases`` and ``servefleet logs NODE``.
+
+Every command that can change a node first runs the validation rules (``servefleet
+validate``): an error stops it before any node is touched; warnings are shown. Ctrl-C (or
+SIGTERM, SIGHUP) during a deploy or rollback aborts it cleanly: the phase in progress ends,
+the release that served before is restored and gated; a second signal gives up at once and
+leaves the node's lock marked with the phase, which the next ``plan`` shows and the next
+deploy repairs.
 
 Secrets for the nodes' env files come from the operator's environment (``HF_TOKEN``…): the
 names are those the deployed profiles list in ``secret_env``; a missing one is named before
@@ -32,10 +39,12 @@ from servefleet.cli.main import CliContext
 from servefleet.core.errors import ConfigError
 from servefleet.core.plan import PlanItem
 from servefleet.core.project import Project, load_project
+from servefleet.core.rules import Severity
 
 _STATUS_STYLE = {
     "unchanged": "dim", "deployed": "green", "failed": "red", "rolled_back": "yellow",
     "restore_failed": "bold red", "skipped": "dim", "error": "red",
+    "interrupted": "bold red",
 }
 
 
@@ -51,6 +60,23 @@ def secrets_from_env(project: Project, nodes: Sequence[str] | None) -> tuple[dic
                     for name in project.profiles[d.profile].secret_env})
     found = {n: os.environ[n] for n in names if os.environ.get(n)}
     return found, [n for n in names if n not in found]
+
+
+def node_secrets(project: Project, node: str) -> dict[str, str]:
+    """The secrets NODE's deployments use, from the environment: what its probes send (an
+    API key) and what every line read from it is masked with. Empty for a node the stack
+    does not place anything on (the command then names the node's own problem)."""
+    try:
+        return secrets_from_env(project, [node])[0]
+    except ConfigError:
+        return {}
+
+
+def show_findings(console: Console, project: Project) -> None:
+    """Run the validation rules: errors raise (nothing is touched), warnings are printed."""
+    for finding in rollout.check_rules(project):
+        if finding.severity is Severity.WARNING:
+            console.print(Text(f"warning: {finding}", style="yellow"))
 
 
 def _missing_error(missing: list[str]) -> ConfigError:
@@ -81,6 +107,8 @@ def plan_command(obj: CliContext, nodes: tuple[str, ...], as_json: bool) -> None
     per deployment unchanged / update (with the engine-flag diff) / create. Read-only."""
     project = load_project(obj.project_dir, obj.stack)
     secrets, missing = secrets_from_env(project, nodes)
+    if not as_json:
+        show_findings(_console(), project)
     items, errors = rollout.plan_fleet(project, nodes or None, secrets)
     if as_json:
         click.echo(json.dumps({"plan": [i.to_json() for i in items],
@@ -175,6 +203,18 @@ def print_results(console: Console, results: Sequence[NodeResult]) -> None:
                 style = "yellow" if dep.restore.ok else "bold red"
                 console.print(Text(f"  restore of {dep.restore.release_id}: "
                                    f"{dep.restore.message}", style=style))
+            if dep.status == "interrupted":
+                console.print(Text(f"  the node lock stays, marked with the phase: "
+                                   f"`servefleet plan {node.node}` shows it and the next "
+                                   "deploy repairs it", style="bold red"))
+        for warning in dep_warnings(node):
+            console.print(Text(warning, style="yellow"))
+
+
+def dep_warnings(node: NodeResult) -> list[str]:
+    """``node/deployment: warning: …`` lines (after the switch: the release stays)."""
+    return [f"{node.node}/{dep.deployment}: warning: {text}"
+            for dep in node.deployments for text in dep.warnings]
 
 
 @click.command("deploy")
@@ -183,12 +223,14 @@ def print_results(console: Console, results: Sequence[NodeResult]) -> None:
               help="All nodes at once, or one at a time stopping at the first failure "
                    "(default: the stack's servefleet:strategy).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before changing nodes.")
-@click.option("--force-unlock", is_flag=True,
-              help="Remove a node lock left behind by a rollout that died, then deploy.")
+@click.option("--force-unlock", "force_unlock", metavar="LOCK_ID", default=None,
+              help="Remove the node lock with this id (printed by the lock error and by "
+                   "`plan`) left behind by a rollout that died, then deploy; a lock with "
+                   "another id stays.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_obj
 def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None, yes: bool,
-                   force_unlock: bool, as_json: bool) -> None:
+                   force_unlock: str | None, as_json: bool) -> None:
     """Deploy the stack to NODES (default: every node of the stack), health-gated, with
     automatic restore of the previous release on failure."""
     project = load_project(obj.project_dir, obj.stack)
@@ -196,6 +238,8 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
     if missing:
         raise _missing_error(missing)
     console = _console()
+    if not as_json:
+        show_findings(console, project)
     if not yes:
         if as_json or not sys.stdin.isatty():
             raise click.UsageError("not a terminal: pass --yes to deploy without confirming")
@@ -213,7 +257,7 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
         "rolling" if strategy == "rolling" else "parallel" if strategy == "parallel" else None)
     if as_json:
         results = rollout.deploy(project, nodes or None, run_strategy, secrets,
-                                 force_unlock=force_unlock)
+                                 unlock_id=force_unlock)
         click.echo(json.dumps({"ok": all(r.ok for r in results),
                                "seconds": round(time.monotonic() - started, 3),
                                "nodes": [r.to_json() for r in results]}, indent=2))
@@ -222,7 +266,7 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
                   transient=True) as live:
             view.live = live
             results = rollout.deploy(project, nodes or None, run_strategy, secrets,
-                                     progress=view, force_unlock=force_unlock)
+                                     progress=view, unlock_id=force_unlock)
         print_results(console, results)
     if not all(r.ok for r in results):
         sys.exit(1)
@@ -233,14 +277,20 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
 @click.argument("node")
 @click.option("--deployment", "-d", default="main", show_default=True)
 @click.option("--to", "to", default=None, help="Release id (default: the previous release).")
-@click.option("--force-unlock", is_flag=True, help="Remove a stale node lock first.")
+@click.option("--force-unlock", "force_unlock", metavar="LOCK_ID", default=None,
+              help="Remove the node lock with this id first (a lock with another id stays).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_obj
 def rollback_command(obj: CliContext, node: str, deployment: str, to: str | None,
-                     force_unlock: bool, as_json: bool) -> None:
-    """Make an earlier release of NODE's deployment current again, health-gated."""
+                     force_unlock: str | None, as_json: bool) -> None:
+    """Make an earlier release of NODE's deployment current again, health-gated (with the
+    secrets its profile probes with, e.g. an API key, from the environment)."""
     project = load_project(obj.project_dir, obj.stack)
-    result = rollout.rollback(project, node, deployment, to, force_unlock=force_unlock)
+    secrets = node_secrets(project, node)
+    if not as_json:
+        show_findings(_console(), project)
+    result = rollout.rollback(project, node, deployment, to, secrets=secrets,
+                              unlock_id=force_unlock)
     node_result = NodeResult(node, [result])
     if as_json:
         click.echo(json.dumps(node_result.to_json(), indent=2))
@@ -248,6 +298,20 @@ def rollback_command(obj: CliContext, node: str, deployment: str, to: str | None
         print_results(_console(), [node_result])
     if not result.ok:
         sys.exit(1)
+
+
+@click.command("unlock")
+@click.argument("node")
+@click.argument("lock_id")
+@click.pass_obj
+def unlock_command(obj: CliContext, node: str, lock_id: str) -> None:
+    """Remove NODE's lock if its id is LOCK_ID (as Terraform's force-unlock): for a lock
+    left by a rollout that died. A lock with another id, a live rollout's, stays. The next
+    `plan` shows what the dead rollout left; the next deploy repairs it."""
+    project = load_project(obj.project_dir, obj.stack)
+    outcome = rollout.unlock(project, node, lock_id)
+    click.echo(f"{node}: lock {lock_id} removed" if outcome == "removed"
+               else f"{node}: not locked")
 
 
 @click.command("releases")
@@ -258,7 +322,8 @@ def rollback_command(obj: CliContext, node: str, deployment: str, to: str | None
 def releases_command(obj: CliContext, node: str, deployment: str, as_json: bool) -> None:
     """List the releases of NODE's deployment, newest first (* = current)."""
     project = load_project(obj.project_dir, obj.stack)
-    infos = rollout.list_releases(project, node, deployment)
+    infos = rollout.list_releases(project, node, deployment,
+                                  secrets=node_secrets(project, node))
     if as_json:
         click.echo(json.dumps([{"release_id": i.release_id, "current": i.current,
                                 "created_at": i.created_at or None, "profile": i.profile,
@@ -285,7 +350,8 @@ def node_logs_command(obj: CliContext, node: str, deployment: str, follow: bool,
     """Print the engine log of NODE's deployment (stdout and stderr, as written)."""
     project = load_project(obj.project_dir, obj.stack)
     try:
-        for line in rollout.stream_logs(project, node, deployment, follow=follow, tail=tail):
+        for line in rollout.stream_logs(project, node, deployment, follow=follow, tail=tail,
+                                        secrets=node_secrets(project, node)):
             click.echo(line)
     except KeyboardInterrupt:
         pass
@@ -317,6 +383,6 @@ def merge_logs_group(group: click.Group) -> click.Group:
 
 
 COMMANDS: list[click.Command] = [plan_command, deploy_command, rollback_command,
-                                 releases_command]
+                                 unlock_command, releases_command]
 """Commands of this module (``logs NODE`` joins the ``logs`` group through
 :func:`merge_logs_group`)."""

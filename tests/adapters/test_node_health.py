@@ -100,7 +100,7 @@ def test_read_without_baselines_or_container(tmp_path: Path) -> None:
 def test_values_reach_the_scripts_as_arguments_only() -> None:
     argv = read_log_and_baselines("/srv/x'; touch /tmp/x #", "dep$(id)")
     assert argv[:2] == ["sh", "-c"]
-    assert argv[3:] == ["sh", "/srv/x'; touch /tmp/x #", "dep$(id)"]
+    assert argv[3:] == ["sh", "/srv/x'; touch /tmp/x #", "servefleet-dep$(id)"]
     assert "touch" not in argv[2] and "$(id)" not in argv[2]
     assert write_baselines("/srv/")[3:] == ["sh", "/srv"]
 

@@ -44,6 +44,7 @@ if MYPY:  # for the type checker only: importing typing costs ~10 ms per run
 
 SCHEMA_VERSION = 1
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+PROJECT_PREFIX = "servefleet-"
 NEVER_STARTED = "0001-01-01T00:00:00Z"
 MAX_FILE_BYTES = 64 * 1024 * 1024
 READ_BYTES = 65536
@@ -449,8 +450,11 @@ def collect_docker(request: dict[str, Any]) -> dict[str, Any]:
     ids: dict[str, list[str]] = {name: [] for name in names}
     for line in out.decode("utf-8", "replace").splitlines():
         cid, _, project = line.partition("\t")
-        if project in ids and cid:
-            ids[project].append(cid)
+        # servefleet's compose projects are servefleet-<deployment> (remote.PROJECT_PREFIX);
+        # an operator's own project named after a deployment is not ours.
+        name = project[len(PROJECT_PREFIX):] if project.startswith(PROJECT_PREFIX) else None
+        if name in ids and cid:
+            ids[name].append(cid)
     wanted = [cid for name in names for cid in ids[name]]
     inspected: dict[str, dict[str, Any]] = {}
     if wanted:
