@@ -327,8 +327,11 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
     config = (data or {}).get("config", {}) if isinstance(data, dict) else None
     if not isinstance(config, dict):
         return None, rel, [f"{rel}: expected a 'config:' mapping"]
+    leaks = _plaintext_secrets(config, rel)
+    if leaks:
+        # Nothing else is checked: later messages could quote the credential back.
+        return None, rel, leaks
     deployments, problems = _deployments_from_config(config, rel)
-    problems = [*_plaintext_secrets(config, rel), *problems]
     secret_names = [env for key, env in SECRET_KEYS.items() if f"{CONFIG_NS}{key}" in config]
     # forceUnlock (node -> lock id) is read by the Pulumi program, not by the CLI.
     known = [*_STACK_KEYS.values(), "profiles", "forceUnlock", *SECRET_KEYS]

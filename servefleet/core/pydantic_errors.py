@@ -19,7 +19,9 @@ def _field_path(loc: tuple[Any, ...]) -> str:
         if isinstance(item, int):
             parts.append(f"[{item}]")
         else:
-            parts.append(("." if parts else "") + str(item))
+            # A key with a line break or escape is shown quoted, so the line stays one line.
+            text = str(item) if str(item).isprintable() else repr(item)
+            parts.append(("." if parts else "") + text)
     return "".join(parts) or "(top level)"
 
 

@@ -387,6 +387,7 @@ class _Inputs:
     patches: list[_PatchFile]
     secrets: list[tuple[str, str | None]]
     overrides: list[tuple[str, str, bytes]]
+    node_file: str
     templates: jinja2.Environment
     where: str
 
@@ -461,8 +462,15 @@ def _render_files(inputs: _Inputs, release_id: str) -> dict[str, bytes]:
         "node_name": node.name,
     }
     for number, (entry, name, content) in enumerate(inputs.overrides, start=1):
-        files[OVERRIDE_FILE.format(n=number)] = render_override(
-            Path(name), override_vars, f"{inputs.where}: compose override {entry}", content)
+        try:
+            files[OVERRIDE_FILE.format(n=number)] = render_override(
+                Path(name), override_vars, f"compose override {entry}", content)
+        except RenderError as error:
+            raise RenderFieldError(
+                inputs.where, inputs.node_file, f"compose_overrides[{number - 1}]", str(error),
+                "fix the override template: it may use only engine, engine_version, "
+                "builds_image, deployment, port and node_name, and no attributes of them"
+            ) from None
 
     if builds:
         patch_context = [
@@ -567,6 +575,7 @@ def render_release(
         patches=_patch_files(project, profile, where) if profile.builds_image else [],
         secrets=secret_entries,
         overrides=_override_sources(project, node, where),
+        node_file=project.node_files.get(node.name, f"nodes/{node.name}.yaml"),
         templates=template_environment(templates_dir, project.root),
         where=where,
     )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from servefleet.core.project import Project
+from servefleet.core.errors import RenderError
+from servefleet.core.project import CONFIG_NS, Project
+from servefleet.core.render.release import RenderFieldError, render_release
 from servefleet.core.rules import (
     flags,
     hardware,
@@ -25,7 +27,11 @@ from servefleet.core.rules.base import (
     ProfileContext,
     Rule,
     Scope,
+    Severity,
 )
+
+RENDER_RULE = "render-refused"
+"""Rule id of findings that come from rendering the stack's deployments in memory."""
 
 RULE_MODULES: tuple[ModuleType, ...] = (
     kvcache, quantization, serving, speculative, flags, llamacpp, hardware, memory, node,
@@ -65,9 +71,12 @@ def placements(project: Project) -> list[Placement]:
     ]
 
 
-def validate(project: Project, rules: tuple[Rule, ...] = ALL_RULES) -> list[Finding]:
+def validate(project: Project, rules: tuple[Rule, ...] = ALL_RULES, *,
+             render: bool = True) -> list[Finding]:
     """Run ``rules`` over ``project``: every profile once, every deployment against its
-    node (with its neighbours), and every node the stack uses. Errors come first."""
+    node (with its neighbours), and every node the stack uses; with ``render``, also
+    :func:`render_findings` (rule tests on synthetic projects without files turn it off).
+    Errors come first."""
     findings: list[Finding] = []
     by_scope = {scope: [r for r in rules if r.scope is scope] for scope in Scope}
     for name in sorted(project.profiles):
@@ -93,5 +102,40 @@ def validate(project: Project, rules: tuple[Rule, ...] = ALL_RULES) -> list[Find
             placements=tuple(p for p in placed if p.deployment.node == node_name))
         for rule in by_scope[Scope.NODE]:
             findings.extend(rule.run(node_context))
+    if render:
+        findings.extend(render_findings(project))
     # Stable order: by severity, then file; rules keep their order within a file.
     return sorted(findings, key=lambda f: (f.severity.rank, f.file))
+
+
+def render_findings(project: Project) -> list[Finding]:
+    """Render every deployment of the stack in memory (secrets as placeholders) and turn each
+    refusal into an error finding, so ``validate`` refuses everything ``render`` would:
+    patch digests, symlinked or missing patches, override files and override templates.
+    Nothing is written."""
+    findings: list[Finding] = []
+    seen: set[str] = set()
+    for deployment in project.stack.deployments:
+        try:
+            render_release(project, deployment, None, require_secrets=False)
+        except RenderFieldError as error:
+            finding = Finding(
+                rule=RENDER_RULE, severity=Severity.ERROR, file=error.file, field=error.field,
+                message=error.reason,
+                why=f"servefleet render refuses it (deployment {deployment.key})",
+                fix=error.fix)
+        except RenderError as error:
+            finding = Finding(
+                rule=RENDER_RULE, severity=Severity.ERROR, file=project.stack_file,
+                field=f"{CONFIG_NS}profiles.{deployment.node}",
+                message=" ".join(str(error).split()),
+                why="servefleet render refuses this deployment",
+                fix="fix the file named in the message, then run servefleet validate again")
+        else:
+            continue
+        # One patch or override shared by several deployments is reported once.
+        key = f"{finding.file}\0{finding.field}\0{finding.message}"
+        if key not in seen:
+            seen.add(key)
+            findings.append(finding)
+    return findings

@@ -203,7 +203,8 @@ def test_override_template_sees_only_its_variables(tmp_project: Any) -> None:
     tmp_project.node("box", {"address": "box.lan",
                              "compose_overrides": ["overrides/bad.yaml.j2"]})
     project = load_project(tmp_project.root, tmp_project.stack({"box": "qwen36-q4-llamacpp"}))
-    with pytest.raises(RenderError, match=r"box/main: compose override overrides/bad.yaml.j2: "
+    with pytest.raises(RenderError, match=r"box/main: nodes/box.yaml: compose_overrides\[0\]: "
+                                          r"compose override overrides/bad.yaml.j2: "
                                           r"'profile_name' is undefined"):
         render_release(project, project.deployments()[0])
 

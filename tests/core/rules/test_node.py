@@ -7,7 +7,7 @@ def test_ssh_host_key_not_pinned(kit):
     node = kit.node("gb10", ssh={"host_keys": []})
     finding = kit.only("ssh-host-key-not-pinned", kit.place(kit.profile(), node))
     kit.assert_message(finding, file="nodes/gb10.yaml", field="ssh.host_keys", value="[]",
-                       why="man-in-the-middle", fix="ssh-keyscan -t ed25519 gb10.lan")
+                       why="man-in-the-middle", fix="ssh-keyscan -t ed25519 -- gb10.lan")
     assert "refuse to connect" in finding.message
     assert not kit.run("ssh-host-key-not-pinned", kit.place(kit.profile(), kit.node("gb10")))
 
