@@ -22,8 +22,8 @@ def ssh_host_key_not_pinned(ctx: NodeContext) -> Iterator[Issue]:
                  "a key on first use"),
         why="SSH host keys are pinned in the inventory; an unknown key could be a "
             "man-in-the-middle",
-        fix=(f"run `ssh-keyscan -t ed25519 -- {shlex.quote(node.address)}`, check the fingerprint on the "
-             "node's console, and paste the key line into ssh.host_keys"),
+        fix=(f"run `ssh-keyscan -t ed25519 -- {shlex.quote(node.address)}`, check the "
+             "fingerprint on the node's console, and paste the key line into ssh.host_keys"),
     )
 
 
