@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loopback_sshd import LoopbackSshd, loopback_sshd  # noqa: E402
+from loopback_sshd import LoopbackSshd, loopback_sshd
 
 
 @pytest.fixture

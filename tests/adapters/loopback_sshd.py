@@ -47,6 +47,8 @@ class LoopbackSshd:
     host_keys: dict[str, str]
     """Key type (``ed25519``, ``rsa``) → public line of the host keys it offers."""
     client_key: Path
+    program: str
+    """The sshd binary."""
 
     def node(self, *, pinned: Sequence[str] | None = None, name: str = "loop",
              connect_timeout: float = 5.0) -> Node:
@@ -99,7 +101,7 @@ def loopback_sshd(sshd: str, folder: Path, host_key_types: Sequence[str] = ("ed2
     log = (folder / "sshd.log").open("wb")
     process = subprocess.Popen([sshd, "-D", "-e", "-f", str(config)], stdout=log,
                                stderr=subprocess.STDOUT)
-    server = LoopbackSshd(port, folder, process, host_keys, folder / "client")
+    server = LoopbackSshd(port, folder, process, host_keys, folder / "client", sshd)
     try:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while True:

@@ -104,7 +104,7 @@ def test_a_stream_that_loses_its_connection_says_so(sshd: LoopbackSshd,
 @pytest.mark.parametrize(("offered", "pinned"), [("rsa", "ed25519"), ("ed25519", "rsa")])
 def test_a_host_key_of_an_unpinned_type_is_a_host_key_problem(
         sshd: LoopbackSshd, tmp_path: Path, offered: str, pinned: str) -> None:
-    with loopback_sshd(str(sshd.process.args[0]), tmp_path / "other", (offered,)) as server:
+    with loopback_sshd(sshd.program, tmp_path / "other", (offered,)) as server:
         other = keygen(tmp_path / "pinned", pinned)
         with pytest.raises(HostKeyTypeNotPinned) as caught, \
                 SshTransport(server.node(pinned=[other])):
