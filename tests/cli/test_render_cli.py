@@ -97,9 +97,10 @@ def test_any_error_writes_nothing(run: Run, project: Path, tmp_path: Path) -> No
     assert result.exit_code == 1
     actual = hashlib.sha256(diff).hexdigest()
     assert result.output.strip() == (
-        "error: rtx5090/main: profile broken (profiles/broken.yaml): patch file "
-        f"profiles/patches/test-x.diff has sha256 {actual} but the profile pins {'0' * 64}; if the "
-        "new diff is intended, update patches[].sha256, otherwise restore the file")
+        "error: rtx5090/main: profile broken: profiles/broken.yaml: patches[0].sha256: patch "
+        f"file profiles/patches/test-x.diff has sha256 {actual} but the profile pins {'0' * 64}; "
+        f"if the new diff is intended, set patches[0].sha256 to {actual}, otherwise restore "
+        "the file")
     assert not out.exists()
 
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from servefleet.core.bootlog.model import FailureClass
 from servefleet.core.errors import ConfigError
+from servefleet.core.resources import shipped_dir
 from servefleet.core.yamlfile import read_yaml
 
 F = FailureClass
@@ -204,12 +205,11 @@ class SignatureTable:
 
 def healthchecks_dir() -> Path:
     """``$SERVEFLEET_HEALTHCHECKS``, or ``healthchecks/`` of the checkout the package is
-    installed (editable) from."""
+    installed (editable) from, or the copy inside an installed wheel."""
     override = os.environ.get(HEALTHCHECKS_ENV)
     if override:
         return Path(override)
-    # servefleet/core/bootlog/failures.py -> parents[3] is the repository root.
-    return Path(__file__).resolve().parents[3] / "healthchecks"
+    return shipped_dir("healthchecks")
 
 
 def _entry_problems(error: ValidationError, where: str) -> list[str]:

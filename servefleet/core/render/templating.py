@@ -19,11 +19,13 @@ import jinja2
 import jinja2.sandbox
 
 from servefleet.core.errors import RenderError
+from servefleet.core.resources import shipped_dir
 
 TEMPLATES_DIR = "templates"
 """The project's template folder (top level of the project)."""
-BUILTIN_TEMPLATES = Path(__file__).resolve().parents[3] / TEMPLATES_DIR
-"""The templates beside the servefleet sources, used when a project has none of its own."""
+BUILTIN_TEMPLATES = shipped_dir(TEMPLATES_DIR)
+"""The templates shipped with servefleet (the checkout's ``templates/``, or the wheel's
+copy), used when a project has none of its own."""
 TEMPLATE_FILES = {
     "compose": "compose.yaml.j2",
     "dockerfile": "Dockerfile.j2",

@@ -1,0 +1,83 @@
+"""The built wheel renders: it carries ``templates/`` and ``healthchecks/`` and finds them.
+
+The sources are copied to a temporary folder and built there (``pip wheel``, nothing written
+into the checkout); the wheel is installed with ``--no-deps`` into a fresh virtual
+environment whose dependencies come from this test environment's site-packages (a ``.pth``
+line, so nothing is downloaded but the build backend), and ``servefleet render`` runs from
+that environment in a folder far from the checkout, on a copy of the project without
+``templates/``, so only the wheel's own copy can serve.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "servefleet", "templates", "healthchecks")
+
+
+def _run(argv: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                            check=False)
+    assert result.returncode == 0, (argv, result.stdout[-2000:], result.stderr[-4000:])
+    return result
+
+
+@pytest.mark.slow
+def test_built_wheel_renders_with_its_own_templates_and_healthchecks(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in SOURCES:
+        path = REPO_ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, source / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        else:
+            shutil.copy(path, source / name)
+    wheels = tmp_path / "wheels"
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
+          str(source)], cwd=tmp_path)
+    (wheel,) = wheels.glob("servefleet-*.whl")
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    purelib = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                            "['purelib'])"], cwd=tmp_path).stdout.strip())
+    # Dependencies (pydantic, jinja2…) from this environment; servefleet only from the wheel.
+    (purelib / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
+          str(wheel)], cwd=tmp_path)
+
+    project = tmp_path / "project"
+    for folder in ("nodes", "profiles"):
+        shutil.copytree(REPO_ROOT / folder, project / folder,
+                        ignore=shutil.ignore_patterns("sim", "__pycache__"))
+    shutil.copy(REPO_ROOT / "Pulumi.reference.yaml", project / "Pulumi.reference.yaml")
+    where = json.loads(_run([str(python), "-c", (
+        "import json, servefleet\n"
+        "from servefleet.core.render.templating import BUILTIN_TEMPLATES\n"
+        "from servefleet.core.bootlog.failures import healthchecks_dir, signature_table\n"
+        "signature_table()\n"
+        "print(json.dumps([servefleet.__file__, str(BUILTIN_TEMPLATES),"
+        " str(healthchecks_dir())]))")], cwd=project).stdout)
+    for path in where:
+        assert Path(path).is_relative_to(env_dir), where  # not the checkout's copies
+        assert not Path(path).is_relative_to(REPO_ROOT), where
+
+    out = tmp_path / "out"
+    result = _run([str(env_dir / "bin" / "servefleet"), "--project", str(project), "--stack",
+                   "reference", "render", "--all", "--out", str(out)], cwd=project)
+    assert "Traceback" not in result.stderr
+    compose = out / "dgx-spark-1" / "main" / "compose.yaml"
+    assert compose.is_file(), sorted(str(p) for p in out.rglob("*"))
+    assert "vllm" in compose.read_text()
+    assert (out / "rtx5090" / "main" / "engine.env").stat().st_mode & 0o777 == 0o600
