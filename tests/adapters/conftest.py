@@ -15,12 +15,15 @@ from loopback_sshd import LoopbackSshd, loopback_sshd
 
 @pytest.fixture
 def sshd(tmp_path: Path, need_program: Callable[[str], str]) -> Iterator[LoopbackSshd]:
-    """A real ``sshd`` on 127.0.0.1 (its own ed25519 host key and client key). A missing
+    """A real ``sshd`` on 127.0.0.1 (its own ed25519 host key and client key); programs put
+    in ``tmp_path / "bin"`` come first on its sessions' ``PATH``. A missing
     sshd skips the test outside CI and fails it under ``CI=true`` (``need_program``); so
     does one that cannot start here."""
     program = need_program("sshd")
     need_program("ssh-keygen")
-    server = loopback_sshd(program, tmp_path / "sshd")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    server = loopback_sshd(program, tmp_path / "sshd", path_prefix=bin_dir)
     try:
         running = server.__enter__()
     except (OSError, RuntimeError) as error:

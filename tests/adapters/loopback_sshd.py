@@ -79,8 +79,9 @@ class LoopbackSshd:
 
 @contextlib.contextmanager
 def loopback_sshd(sshd: str, folder: Path, host_key_types: Sequence[str] = ("ed25519",),
-                  ) -> Iterator[LoopbackSshd]:
-    """Start sshd on a free 127.0.0.1 port, offering host keys of ``host_key_types``."""
+                  path_prefix: Path | None = None) -> Iterator[LoopbackSshd]:
+    """Start sshd on a free 127.0.0.1 port, offering host keys of ``host_key_types``;
+    ``path_prefix`` goes first on the sessions' ``PATH`` (stand-in programs)."""
     folder.mkdir(parents=True, exist_ok=True)
     # sshd refuses to start without its privilege-separation folder (Debian's default).
     Path(PRIVSEP_DIR).mkdir(mode=0o755, exist_ok=True)
@@ -96,6 +97,8 @@ def loopback_sshd(sshd: str, folder: Path, host_key_types: Sequence[str] = ("ed2
              "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
              "StrictModes no", "PrintMotd no", "UseDNS no",
              "MaxStartups 64:30:256", "MaxSessions 64"]
+    if path_prefix is not None:
+        lines.append(f'SetEnv "PATH={path_prefix}:/usr/local/bin:/usr/bin:/bin"')
     config = folder / "sshd_config"
     config.write_text("\n".join(lines) + "\n")
     log = (folder / "sshd.log").open("wb")
