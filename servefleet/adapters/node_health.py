@@ -8,8 +8,9 @@ Per deployment, over the node's one SSH connection:
    KV-pool baselines (one command); lines from before the container's last start belong
    to earlier runs (a restart means the engine died: the earlier run's failure is shown);
 3. **boot checks**: the boot log of the current run parsed and held to the profile's
-   expectations (the health gate's boot checks); a boot still in progress is followed until
-   the profile's deadline with ``wait``;
+   expectations (the health gate's boot checks); a boot still in progress inside the
+   profile's deadline is reported as *booting* with the phase its log reached (not a
+   failure), or followed until ready with ``wait``;
 4. **HTTP probes** (:mod:`servefleet.adapters.probes`); when the engine stops answering
    during them, the log is read again for the reason (e.g. the TurboQuant assertion);
 5. **baselines** (:mod:`servefleet.core.baselines`): the KV pool against the node's baseline
@@ -36,7 +37,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from servefleet.adapters import remote
-from servefleet.adapters.boot_follow import BOOT_DEADLINE, ENGINE_EXITED, follow_boot
+from servefleet.adapters.boot_follow import (
+    BOOT_DEADLINE,
+    CONNECTION_LOST,
+    ENGINE_EXITED,
+    follow_boot,
+)
 from servefleet.adapters.health_gate import BOOT_CHECKS, GateSpec, check_outcome, headline_facts
 from servefleet.adapters.lock import NodeLock
 from servefleet.adapters.probes import API_KEY_SECRETS, EngineClient, Send, run_probes
@@ -51,6 +57,7 @@ from servefleet.core.baselines import (
     record_image,
 )
 from servefleet.core.bootlog import BootFacts, BootLogParser
+from servefleet.core.bootlog.phase import boot_phase
 from servefleet.core.errors import ConfigError, LockHeld, RemoteError, ServefleetError
 from servefleet.core.expectations import derive_expectations
 from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow
@@ -220,7 +227,11 @@ class HealthOptions:
     chat: bool | None = None
     """Send the chat probe: ``None`` = as the profile says (``health.chat_probe``)."""
     wait: bool = False
-    """Follow a boot in progress until the profile's deadline instead of failing at once."""
+    """Follow a boot in progress until it is ready (or the profile's deadline) instead of
+    reporting it as booting."""
+    wait_seconds: float | None = None
+    """With ``wait``: follow at most this long (``None``: until the profile's deadline); a
+    boot still in progress then, inside its deadline, is reported as booting."""
     record_baselines: bool = True
     """Record the KV pool of a healthy deployment that has no baseline (or a changed
     profile) on the node."""
@@ -282,6 +293,7 @@ class DeploymentCheck:
         self.options = options
         self.rows: list[HealthRow] = []
         self.failure_class: str | None = None
+        self.boot_phase: str | None = None
 
     def read(self) -> NodeRead:
         """Clock, baselines and log (one command)."""
@@ -347,7 +359,8 @@ class DeploymentCheck:
                               tuple(mask(e) for e in r.evidence)) for r in self.rows)
         return DeploymentHealth(node=self.node.name, deployment=self.deployment, rows=rows,
                                 profile=profile.name, release_id=release, url=url,
-                                failure_class=self.failure_class, facts=dict(facts))
+                                failure_class=self.failure_class, facts=dict(facts),
+                                boot_phase=self.boot_phase)
 
     # -- the parts ------------------------------------------------------------------------
     def profile_rows(self, profile: Profile, manifest: Mapping[str, Any]) -> list[CheckRow]:
@@ -414,17 +427,24 @@ class DeploymentCheck:
         elapsed = (read.now - started) if read.now is not None and started is not None else None
         tail = _tail(current, self.transport.mask)
         exited = not container.running
+        lost = False
         if facts.outcome == "incomplete" and container.running and self.options.wait and \
                 (elapsed is None or elapsed < deadline):
             remaining = deadline - (elapsed or 0.0)
+            limit = remaining if self.options.wait_seconds is None else \
+                min(remaining, self.options.wait_seconds)
+            begin = self.options.clock()
             booted = follow_boot(self.transport, self.deployment,
                                  str(int(started)) if started else "0", engine=profile.engine,
-                                 deadline=self.options.clock() + remaining,
-                                 clock=self.options.clock)
+                                 deadline=begin + limit, clock=self.options.clock,
+                                 sleep=self.options.sleep)
             facts, tail = booted.facts, booted.tail
-            if booted.failure_class == BOOT_DEADLINE:
+            if elapsed is not None:
+                elapsed += self.options.clock() - begin
+            if booted.failure_class == BOOT_DEADLINE and limit >= remaining:
                 elapsed = float(deadline)
             exited = booted.failure_class == ENGINE_EXITED
+            lost = booted.failure_class == CONNECTION_LOST
         row = check_outcome(facts, spec)
         if facts.outcome == "ready":
             self.rows.append(row)
@@ -436,13 +456,21 @@ class DeploymentCheck:
         if exited:
             self.failure_class = self.failure_class or ENGINE_EXITED
             observed = f"incomplete: the engine exited ({ENGINE_EXITED})"
+        elif lost:
+            self.failure_class = self.failure_class or CONNECTION_LOST
+            observed = f"unknown: the node stopped answering ({CONNECTION_LOST})"
         elif elapsed is not None and elapsed >= deadline:
             self.failure_class = BOOT_DEADLINE
             observed = (f"incomplete after {elapsed:.0f} s: past the {deadline} s deadline "
                         f"({BOOT_DEADLINE})")
         else:
+            # Inside its deadline a boot in progress is not a failure: it is reported as
+            # booting, with the phase its log reached (``--wait`` waits for it instead).
+            self.boot_phase = boot_phase(facts)
             shown = f"{elapsed:.0f} s" if elapsed is not None else "a while"
-            observed = f"still booting ({shown} of the {deadline} s deadline)"
+            self.rows.append(CheckRow(row.fact, row.expected, f"booting: {self.boot_phase} "
+                                      f"({shown} of the {deadline} s deadline)", "info", tail))
+            return facts, False
         self.rows.append(CheckRow(row.fact, row.expected, observed, "fail", tail))
         return facts, False
 

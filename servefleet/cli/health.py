@@ -7,7 +7,11 @@ Prints a table per deployment (fact, expected, observed, verdict) and, for every
 fact, the log lines or HTTP answers that prove it; ``--json`` prints one JSON document.
 
 Exit status: 0 when every deployment is healthy, 1 when any check failed or a node could not
-be checked. API keys (``VLLM_API_KEY``, ``LLAMA_API_KEY``) come from the environment when a
+be checked, 3 (:data:`EXIT_BOOTING`) when nothing failed but an engine is still booting inside
+its profile's boot deadline (shown as ``booting`` with the phase its log reached); ``--wait
+[SECONDS]`` follows such a boot until it is ready (at most SECONDS, default: the deadline).
+
+API keys (``VLLM_API_KEY``, ``LLAMA_API_KEY``) come from the environment when a
 profile lists them in ``secret_env``; they are never printed.
 """
 
@@ -26,10 +30,17 @@ from servefleet.core.health_table import (
     DeploymentHealth,
     failure_lines,
     fleet_json,
+    summary_line,
     table_lines,
     title_line,
 )
 from servefleet.core.project import Project, load_project
+
+EXIT_BOOTING = 3
+"""Exit status when no check failed but an engine is still booting inside its deadline (not
+2: click exits 2 on a usage error)."""
+WAIT_UNTIL_DEADLINE = -1.0
+"""``--wait`` without a value: follow a boot until the profile's deadline."""
 
 _VERDICT_COLOURS = {"pass": "green", "fail": "red", "warn": "yellow", "info": None}
 
@@ -44,7 +55,8 @@ def api_secrets(project: Project) -> dict[str, str]:
 def print_report(results: list[DeploymentHealth]) -> None:
     """The text report, coloured by verdict."""
     for result in results:
-        click.secho(title_line(result), fg="green" if result.ok else "red", bold=True)
+        colour = "green" if result.ok else "yellow" if result.booting else "red"
+        click.secho(title_line(result), fg=colour, bold=True)
         lines = table_lines(result.rows)
         if lines:
             click.secho("  " + lines[0], bold=True)
@@ -53,9 +65,17 @@ def print_report(results: list[DeploymentHealth]) -> None:
         for line in failure_lines(result):
             click.secho(line, fg="red" if line.lstrip().startswith(("FAILED", "error")) else None)
         click.echo()
-    healthy = sum(r.ok for r in results)
-    click.secho(f"{healthy} of {len(results)} deployment(s) healthy",
-                fg="green" if healthy == len(results) else "red")
+    colour = "green" if all(r.ok for r in results) else \
+        "red" if any(r.failed for r in results) else "yellow"
+    click.secho(summary_line(results), fg=colour)
+
+
+def exit_status(results: list[DeploymentHealth]) -> int:
+    """0 all healthy, 1 any failed or not checked, :data:`EXIT_BOOTING` when the rest is
+    booting."""
+    if any(r.failed for r in results):
+        return 1
+    return EXIT_BOOTING if any(r.booting for r in results) else 0
 
 
 @click.command("health")
@@ -66,24 +86,31 @@ def print_report(results: list[DeploymentHealth]) -> None:
 @click.option("--determinism", is_flag=True,
               help="Also run the determinism probe (the same prompt 3 times at temperature "
                    "0), whatever the profile's health.determinism.probe says.")
-@click.option("--wait", is_flag=True,
-              help="Follow an engine that is still booting until its profile's deadline "
-                   "instead of reporting it as not ready.")
+@click.option("--wait", "wait", type=float, is_flag=False, flag_value=WAIT_UNTIL_DEADLINE,
+              default=None, metavar="[SECONDS]",
+              help="Follow an engine that is still booting until it is ready, at most "
+                   "SECONDS (default: until its profile's boot deadline), instead of "
+                   f"reporting it as booting (exit {EXIT_BOOTING}). Put NODES before it.")
 @click.option("--rebaseline", is_flag=True,
               help="Record the current KV pools as the nodes' baselines, replacing the old "
                    "ones (after an intended change the tolerance flagged).")
 @click.pass_obj
 def health_command(obj: CliContext, nodes: tuple[str, ...], deployments: tuple[str, ...],
-                   as_json: bool, determinism: bool, wait: bool, rebaseline: bool) -> None:
+                   as_json: bool, determinism: bool, wait: float | None,
+                   rebaseline: bool) -> None:
     """Check the engines running on NODES (default: every node of the stack): boot log
     against the profile, HTTP probes, KV pool against the node's baseline."""
     project = load_project(obj.project_dir, obj.stack)
-    options = node_health.HealthOptions(determinism=True if determinism else None, wait=wait,
-                                        rebaseline=rebaseline, secrets=api_secrets(project))
+    if wait is not None and wait < 0 and wait != WAIT_UNTIL_DEADLINE:
+        raise click.BadParameter("SECONDS must be 0 or more", param_hint="--wait")
+    options = node_health.HealthOptions(
+        determinism=True if determinism else None, wait=wait is not None,
+        wait_seconds=None if wait is None or wait == WAIT_UNTIL_DEADLINE else wait,
+        rebaseline=rebaseline, secrets=api_secrets(project))
     results = node_health.check_fleet(project, nodes or None,
                                       deployments=deployments or None, options=options)
     if as_json:
         click.echo(json.dumps(fleet_json(results), indent=2))
     else:
         print_report(results)
-    sys.exit(0 if all(r.ok for r in results) else 1)
+    sys.exit(exit_status(results))

@@ -97,11 +97,29 @@ class DeploymentHealth:
     """Headline boot facts (KV pool, CUDA-graph mode…)."""
     error: str | None = None
     """The node could not be checked at all (unreachable, host key refused…)."""
+    boot_phase: str | None = None
+    """Set while the engine is still booting inside its profile's deadline: the phase its
+    log reached (``loading weights``, ``profiling``…). Not a failure, not healthy yet."""
+
+    @property
+    def failed(self) -> bool:
+        """Not checked, or a row failed."""
+        return self.error is not None or any(r.verdict == "fail" for r in self.rows)
+
+    @property
+    def booting(self) -> bool:
+        """Nothing failed, and the engine is still booting inside its deadline."""
+        return not self.failed and self.boot_phase is not None
 
     @property
     def ok(self) -> bool:
-        """Checked, and no row failed."""
-        return self.error is None and not any(r.verdict == "fail" for r in self.rows)
+        """Checked, no row failed, and the engine is up (not booting)."""
+        return not self.failed and self.boot_phase is None
+
+    @property
+    def state(self) -> str:
+        """``healthy``, ``booting`` or ``unhealthy``."""
+        return "healthy" if self.ok else "booting" if self.booting else "unhealthy"
 
     @property
     def failures(self) -> list[HealthRow]:
@@ -111,6 +129,7 @@ class DeploymentHealth:
     def to_json(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"node": self.node, "deployment": self.deployment, "ok": self.ok,
+                "state": self.state, "boot_phase": self.boot_phase,
                 "profile": self.profile, "release_id": self.release_id, "url": self.url,
                 "failure_class": self.failure_class, "facts": dict(self.facts),
                 "error": self.error, "checks": [row_json(r) for r in self.rows]}
@@ -146,6 +165,8 @@ def title_line(result: DeploymentHealth) -> str:
         parts.append(result.url)
     if result.ok:
         state = "healthy"
+    elif result.booting:
+        state = f"booting ({result.boot_phase})"
     else:
         state = "UNHEALTHY" + (f" [{result.failure_class}]" if result.failure_class else "")
     return "  ".join(parts) + f": {state}"
@@ -165,6 +186,14 @@ def failure_lines(result: DeploymentHealth) -> list[str]:
     return lines
 
 
+def summary_line(results: Sequence[DeploymentHealth]) -> str:
+    """``N of M deployment(s) healthy`` (and how many are still booting)."""
+    healthy = sum(r.ok for r in results)
+    booting = sum(r.booting for r in results)
+    line = f"{healthy} of {len(results)} deployment(s) healthy"
+    return line + (f", {booting} still booting" if booting else "")
+
+
 def render_text(results: Sequence[DeploymentHealth]) -> str:
     """The report of ``servefleet health``: per deployment a title, the table, failures."""
     blocks: list[str] = []
@@ -174,6 +203,5 @@ def render_text(results: Sequence[DeploymentHealth]) -> str:
             block.extend("  " + line for line in table_lines(result.rows))
         block.extend(failure_lines(result))
         blocks.append("\n".join(block))
-    healthy = sum(r.ok for r in results)
-    blocks.append(f"{healthy} of {len(results)} deployment(s) healthy")
+    blocks.append(summary_line(results))
     return "\n\n".join(blocks) + "\n"

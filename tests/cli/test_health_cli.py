@@ -68,3 +68,30 @@ def test_unknown_node_is_a_config_error(invoke: Callable[..., Result]) -> None:
     assert "elsewhere: not in stack 't'" in result.output
     result = invoke("gone", "-d", "nomtp")
     assert result.exit_code == 1 and "places no deployment named nomtp" in result.output
+
+
+def test_a_boot_in_progress_exits_3_and_wait_takes_an_optional_limit(
+        invoke: Callable[..., Result], monkeypatch: pytest.MonkeyPatch) -> None:
+    from servefleet.adapters import node_health
+    from servefleet.cli.health import EXIT_BOOTING
+    from servefleet.core.health_table import CheckRow, DeploymentHealth
+
+    seen: list[node_health.HealthOptions] = []
+
+    def booting(*_: object, options: node_health.HealthOptions,
+                **__: object) -> list[DeploymentHealth]:
+        seen.append(options)
+        row = CheckRow("boot outcome", "ready", "booting: profiling (40 s of the 900 s "
+                       "deadline)", "info")
+        return [DeploymentHealth("gone", "main", (row,), boot_phase="profiling")]
+
+    monkeypatch.setattr(node_health, "check_fleet", booting)
+    result = invoke()
+    assert result.exit_code == EXIT_BOOTING == 3, result.output
+    assert "gone/main: booting (profiling)" in result.output
+    assert "0 of 1 deployment(s) healthy, 1 still booting" in result.output
+    assert json.loads(invoke("--json").output)["deployments"][0]["state"] == "booting"
+    invoke("gone", "--wait")
+    invoke("--wait", "60")
+    assert [(o.wait, o.wait_seconds) for o in seen[2:]] == [(True, None), (True, 60.0)]
+    assert not seen[0].wait

@@ -59,7 +59,7 @@ def test_json_has_every_row_and_evidence() -> None:
     assert failed["failure_class"] == "kv_cache_oom"
     assert len(failed["checks"][1]["evidence"]) == 11
     assert unreachable == {"node": "sim-5090", "deployment": "main", "ok": False,
-                           "profile": None, "release_id": None, "url": None,
+                           "state": "unhealthy", "boot_phase": None, "profile": None, "release_id": None, "url": None,
                            "failure_class": None, "facts": {}, "error": "sim-5090: unreachable",
                            "checks": []}
 
@@ -68,3 +68,28 @@ def test_long_cells_are_cut() -> None:
     row = CheckRow("x", "-", "y" * 200, "info")
     line = table_lines([row])[1]
     assert "…" in line and len(line) < 100
+
+
+BOOTING = DeploymentHealth(
+    "sim-spark-1", "hc", (CheckRow("boot outcome", "ready",
+                                   "booting: starting the API server (1 s of the 900 s "
+                                   "deadline)", "info"),),
+    profile="qwen36-w8a16-1m", release_id="r-3", boot_phase="starting the API server")
+
+
+def test_a_boot_in_progress_is_neither_healthy_nor_failed() -> None:
+    assert (BOOTING.ok, BOOTING.booting, BOOTING.failed, BOOTING.state) == \
+        (False, True, False, "booting")
+    text = render_text([HEALTHY, BOOTING])
+    assert "sim-spark-1/hc  profile qwen36-w8a16-1m  release r-3: booting (starting the " \
+           "API server)" in text
+    assert "FAILED" not in text
+    assert text.rstrip().endswith("1 of 2 deployment(s) healthy, 1 still booting")
+    data = fleet_json([BOOTING])
+    assert data["ok"] is False
+    assert data["deployments"][0]["state"] == "booting"
+    assert data["deployments"][0]["boot_phase"] == "starting the API server"
+    # A failed row wins over the boot in progress.
+    failed = DeploymentHealth("n", "d", (CheckRow("engine restarts", "0", "1", "fail"),),
+                              boot_phase="profiling")
+    assert failed.state == "unhealthy" and not failed.booting
