@@ -29,9 +29,9 @@ def phase_after(lines: list[bytes], count: int, engine: str = "vllm") -> str:
 def test_each_step_of_a_gb10_boot(logs_dir: Path) -> None:
     lines = (logs_dir / GB10_LOG).read_bytes().splitlines(keepends=True)
     # Line 41 says the weights are loaded, 57 ends the memory profiling (``Available KV
-    # cache memory``), 111 ends the engine's init after the graph capture, 118 starts the
-    # API server, 150 is ``Application startup complete.``
-    assert [phase_after(lines, n) for n in (40, 41, 56, 57, 110, 111, 149, 150)] == [
+    # cache memory``), 109 ends the graph capture (``Graph capturing finished``), 118 starts
+    # the API server, 150 is ``Application startup complete.``
+    assert [phase_after(lines, n) for n in (40, 41, 56, 57, 108, 109, 149, 150)] == [
         LOADING_WEIGHTS, PROFILING, PROFILING, GRAPHS, GRAPHS, API_SERVER, API_SERVER, READY]
 
 
