@@ -298,14 +298,15 @@ class DeploymentCheck:
     def read(self) -> NodeRead:
         """Clock, baselines and log (one command)."""
         done = self.transport.run(read_log_and_baselines(self.node.base_dir, self.deployment),
-                                  timeout=LOG_TIMEOUT_SECONDS, what="read the engine log")
+                                  timeout=LOG_TIMEOUT_SECONDS, idempotent=True,
+                                  what="read the engine log")
         return parse_read(done.stdout)
 
     def run(self) -> DeploymentHealth:
         """Every check; see the module docstring."""
         assert self.project is not None
         name, dep = self.node.name, self.deployment
-        text = self.transport.run(remote.observe(self.node.base_dir, [dep]),
+        text = self.transport.run(remote.observe(self.node.base_dir, [dep]), idempotent=True,
                                   what="observe the node").text()
         try:
             observed = parse_observation(text).deployments.get(dep)
