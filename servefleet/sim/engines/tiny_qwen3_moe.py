@@ -72,7 +72,9 @@ CONFIG = {
     "decoder_sparse_step": 1,
     "mlp_only_layers": [],
     "norm_topk_prob": True,
-    "max_position_embeddings": 4096,
+    # Qwen3.6's own native context: the profiles' max_model_len (131072, 262144, YaRN to
+    # 1M) must be accepted or refused by the engine as they are on a real node.
+    "max_position_embeddings": 262144,
     "rms_norm_eps": 1e-6,
     "rope_theta": 1000000.0,
     "hidden_act": "silu",
