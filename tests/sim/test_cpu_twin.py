@@ -23,23 +23,33 @@ def test_vllm_gpu_flags_become_cpu_flags() -> None:
     assert args == [TWIN, "--served-model-name", "qwen36", "--port", "8000",
                     "--enable-prefix-caching", "--speculative-config",
                     '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":4,'
-                    '"prompt_lookup_min":2}']
-    assert len(notes) == 5  # the model, three dropped flags, the speculative method
+                    '"prompt_lookup_min":2}', "--enforce-eager"]
+    # the model, three dropped flags, the speculative method, eager mode
+    assert len(notes) == 6
     assert any(n.startswith("--attention-backend FLASHINFER dropped: ") for n in notes)
     assert any("qwen3_next_mtp" in n and "ngram" in n for n in notes)
 
 
 def test_served_name_defaults_to_the_profiles_model_id() -> None:
     args, _ = cpu_twin.rewrite("vllm", ["Qwen/Qwen3-8B", "--port=8001"], TWIN)
-    assert args == [TWIN, "--served-model-name", "Qwen/Qwen3-8B", "--port=8001"]
+    assert args == [TWIN, "--served-model-name", "Qwen/Qwen3-8B", "--port=8001",
+                    "--enforce-eager"]
 
 
 def test_inline_values_and_kept_values() -> None:
     args, notes = cpu_twin.rewrite("vllm", ["m", "--served-model-name", "x",
                                             "--kv-cache-dtype=auto", "--quantization=fp8"],
                                    TWIN)
-    assert args == [TWIN, "--served-model-name", "x", "--kv-cache-dtype=auto"]
-    assert [n.split(" ")[0] for n in notes] == ["model", "--quantization"]
+    assert args == [TWIN, "--served-model-name", "x", "--kv-cache-dtype=auto",
+                    "--enforce-eager"]
+    assert [n.split(" ")[0] for n in notes] == ["model", "--quantization", "--enforce-eager"]
+
+
+def test_compilation_settings_in_every_spelling_give_way_to_eager() -> None:
+    args, notes = cpu_twin.rewrite("vllm", ["m", "-O3", "--compilation-config.cudagraph_mode="
+                                            "PIECEWISE", "--optimization-level", "2"], TWIN)
+    assert args == [TWIN, "--served-model-name", "m", "--enforce-eager"]
+    assert len(notes) == 5
 
 
 def test_llamacpp_model_becomes_the_twin() -> None:
@@ -76,7 +86,7 @@ def test_runs_the_real_engine_and_says_what_it_changed(tmp_path: Path) -> None:
     lines = out.stdout.splitlines()
     assert lines[0].startswith("servefleet-sim: the real vllm 0.32.0 (CPU build) runs")
     assert any("--attention-backend FLASHINFER dropped" in line for line in lines)
-    assert lines[-1] == f"real-engine serve {TWIN} --served-model-name Qwen/X"
+    assert lines[-1] == f"real-engine serve {TWIN} --served-model-name Qwen/X --enforce-eager"
 
 
 def test_a_fault_marker_runs_the_stand_in(tmp_path: Path) -> None:

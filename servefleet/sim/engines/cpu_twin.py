@@ -54,17 +54,28 @@ VLLM_REWRITES: tuple[Rewrite, ...] = (
             "the tiny twin is an unquantized checkpoint (FP8/NVFP4 kernels are GPU-only)"),
     Rewrite(("--gpu-memory-utilization",), "drop",
             "no GPU: the CPU build sizes its KV pool from VLLM_CPU_KVCACHE_SPACE instead"),
+    Rewrite(("--compilation-config", "-O", "--optimization-level"), "drop",
+            "compilation settings choose CUDA graphs and inductor passes; the CPU engine runs "
+            "eager (see the flags added below)"),
     Rewrite(("--speculative-config",), "ngram",
             "MTP draft heads need the real checkpoint's MTP layers, which the tiny twin has "
             "not; n-gram drafting exercises the same speculative path, counters included "
             "(no draft model, no PIECEWISE fallback, no KV shrink as on a GB10)"),
 )
+VLLM_ADDED: tuple[tuple[str, str], ...] = (
+    ("--enforce-eager",
+     "torch.compile's CPU backend (inductor) needs a C++ compiler at boot, which the node "
+     "image has not, and would add minutes per boot on two cores; eager mode runs the same "
+     "model code"),
+)
+"""Flags the CPU engine gets that a GPU node's does not, with the reason."""
 LLAMACPP_REWRITES: tuple[Rewrite, ...] = (
     Rewrite(("-m", "--model"), "model",
             "the profile's GGUF is tens of GiB; the tiny twin is a random model of the same "
             "architecture (qwen35moe) written by llama.cpp's test-llama-archs"),
 )
 REWRITES = {"vllm": VLLM_REWRITES, "llama.cpp": LLAMACPP_REWRITES}
+ADDED = {"vllm": VLLM_ADDED, "llama.cpp": ()}
 
 UNSHOWN = {
     "vllm": {
@@ -84,8 +95,16 @@ STANDIN = {"vllm": ["vllm", "serve"], "llama.cpp": ["/app/llama-server"]}
 
 
 def _split(arg: str) -> tuple[str, str | None]:
+    """``--flag=value`` → (``--flag``, ``value``); ``-O3`` → (``-O``, ``3``)."""
+    if arg.startswith("-O") and len(arg) > 2 and arg[2:].isdigit():
+        return "-O", arg[2:]
     flag, sep, value = arg.partition("=")
     return (flag, value) if sep and arg.startswith("-") else (arg, None)
+
+
+def _rule_key(flag: str) -> str:
+    """``--compilation-config.cudagraph_mode`` is a ``--compilation-config`` flag."""
+    return flag.split(".", 1)[0] if flag.startswith("--") else flag
 
 
 def _ngram(value: str) -> str:
@@ -116,7 +135,7 @@ def rewrite(engine: str, args: list[str], model: str) -> tuple[list[str], list[s
         index = 1
     while index < len(args):
         flag, inline = _split(args[index])
-        rule = table.get(flag)
+        rule = table.get(_rule_key(flag))
         takes_value = inline is None and index + 1 < len(args) and \
             not args[index + 1].startswith("--")
         value = inline if inline is not None else (args[index + 1] if takes_value else None)
@@ -136,6 +155,10 @@ def rewrite(engine: str, args: list[str], model: str) -> tuple[list[str], list[s
             notes.append(f"{flag} {value} → {rule.value}: {rule.why}")
             out += [flag, rule.value]
         index += step
+    for flag, why in ADDED.get(engine, ()):
+        if flag not in out:
+            out.append(flag)
+            notes.append(f"{flag} added: {why}")
     return out, notes
 
 
