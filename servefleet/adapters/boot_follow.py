@@ -24,7 +24,11 @@ from dataclasses import dataclass
 from servefleet.adapters import remote
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bootlog import BootFacts, BootLogParser
-from servefleet.core.errors import ServefleetError
+from servefleet.core.errors import (
+    ConnectionLost,
+    RemoteError,
+    UnreachableNode,
+)
 from servefleet.core.observed import ObservedContainer, parse_container
 
 FAILURE_GRACE_SECONDS = 3.0
@@ -66,7 +70,12 @@ def container_state(transport: SshTransport, deployment: str) -> ObservedContain
     """The deployment's newest container (running first), or ``None`` when it has none."""
     done = transport.run(remote.container_state(deployment), timeout=STATE_TIMEOUT_SECONDS,
                          idempotent=True, what="read the engine container's state")
-    containers = [parse_container(line) for line in done.text().splitlines() if line.strip()]
+    try:
+        containers = [parse_container(line) for line in done.text().splitlines()
+                      if line.strip()]
+    except ValueError as error:
+        raise RemoteError(transport.node.name, "read the engine container's state: "
+                          f"unreadable answer ({error})") from None
     running = [c for c in containers if c.running]
     if running or not containers:
         return running[0] if running else None
@@ -116,12 +125,16 @@ def follow_boot(transport: SshTransport, deployment: str, since: str, *, engine:
                         failed_at.append(clock())
             finally:
                 stream.close()
-        except ServefleetError:
-            # ConnectionLost, or UnreachableNode while reconnecting: ask the node below.
-            dropped = True
+        except (ConnectionLost, UnreachableNode):
+            dropped = True  # ask the node below, reconnecting
         if parser.outcome != "incomplete" or clock() >= deadline:
             break
-        container, reached = _state_after(transport, deployment, deadline, clock, sleep)
+        try:
+            container, reached = _state_after(transport, deployment, deadline, clock, sleep)
+        except RemoteError:
+            # Docker answered nothing readable: the log's end is all there is to go by.
+            failure_class = ENGINE_EXITED
+            break
         if not reached:
             failure_class = CONNECTION_LOST
             break
@@ -145,11 +158,11 @@ def _state_after(transport: SshTransport, deployment: str, deadline: float,
                  ) -> tuple[ObservedContainer | None, bool]:
     """The container's state, reconnecting with backoff until ``deadline`` (the transport
     reconnects by itself on the next command). Returns the state and whether the node
-    answered at all."""
+    answered at all; other errors (Docker's answer unreadable) propagate."""
     for attempt in range(10**6):
         try:
             return container_state(transport, deployment), True
-        except ServefleetError:
+        except (ConnectionLost, UnreachableNode):
             wait = RECONNECT_BACKOFF_SECONDS[min(attempt, len(RECONNECT_BACKOFF_SECONDS) - 1)]
             if clock() + wait >= deadline:
                 break
