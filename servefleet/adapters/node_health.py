@@ -484,8 +484,7 @@ class DeploymentCheck:
             client.send = self.options.http_send
         results = run_probes(client, profile, chat=self.options.chat,
                              determinism=self.options.determinism, basic=basic,
-                             engine_version=derive_expectations(profile, self.node)
-                             .engine_version)
+                             expected=derive_expectations(profile, self.node))
         self.rows.extend(results.rows)
         if results.engine_down:
             self.options.sleep(RELOG_GRACE_SECONDS)

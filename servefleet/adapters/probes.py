@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet.core.determinism import judge_determinism
+from servefleet.core.expectations import ExpectedHealth
 from servefleet.core.health_table import CheckRow, Verdict, shown
 from servefleet.core.metrics import MetricsError, parse_llamacpp_metrics, parse_vllm_metrics
 from servefleet.core.models import Profile
@@ -310,7 +311,8 @@ def probe_version(client: EngineClient, engine_version: str) -> CheckRow:
                 "tag moved, or the profile's engine_version is wrong")
 
 
-def probe_vllm_metrics(client: EngineClient, profile: Profile) -> list[CheckRow]:
+def probe_vllm_metrics(client: EngineClient, profile: Profile,
+                       want_dtype: str | None = None) -> list[CheckRow]:
     """``GET /metrics``: KV usage, requests, the KV pool, spec-decode acceptance."""
     answer = client.get("/metrics")
     if answer.status != 200:
@@ -329,8 +331,6 @@ def probe_vllm_metrics(client: EngineClient, profile: Profile) -> list[CheckRow]
         rows.append(_row("KV blocks (cache_config_info)", "-",
                          f"{metrics.num_gpu_blocks:,} blocks x {metrics.block_size} = "
                          f"{metrics.kv_capacity_tokens:,} token slots", "info"))
-    settings = profile.vllm
-    want_dtype = settings.kv_cache_dtype if settings else None
     if metrics.cache_dtype is not None and want_dtype is not None:
         rows.append(_row("KV cache dtype", want_dtype, metrics.cache_dtype,
                          "pass" if metrics.cache_dtype == want_dtype else "fail",
@@ -503,15 +503,16 @@ def _down(rows: Sequence[CheckRow]) -> bool:
 
 def run_probes(client: EngineClient, profile: Profile, *, chat: bool | None = None,
                determinism: bool | None = None, basic: bool = True,
-               engine_version: str | None = None) -> ProbeResults:
+               expected: ExpectedHealth | None = None) -> ProbeResults:
     """Every probe of the profile's engine, in order; stops when nothing answers any more.
 
     ``chat`` and ``determinism`` override the profile's ``health.chat_probe`` and
     ``health.determinism.probe``; ``basic=False`` leaves out ``/health`` and ``/v1/models``
-    (for a caller that has checked them already); ``engine_version`` is the version the
-    engine should report when it is not the profile's (:attr:`ExpectedHealth.engine_version`
-    on a simulated node). The continuation-prefill probe
-    (TurboQuant KV) runs last: on an engine that has the bug it kills the engine.
+    (for a caller that has checked them already). ``expected`` (the node's
+    :class:`ExpectedHealth`) says what the engine should report where it differs from the
+    profile: its version and KV dtype on a simulated node's CPU build. The
+    continuation-prefill probe (TurboQuant KV) runs last: on an engine that has the bug it
+    kills the engine.
     """
     results = ProbeResults()
     rows = results.rows
@@ -524,7 +525,11 @@ def run_probes(client: EngineClient, profile: Profile, *, chat: bool | None = No
             results.engine_down = True
             return results
     served = profile.model.served_name
-    version = engine_version or profile.engine_version
+    version = expected.engine_version if expected is not None else profile.engine_version
+    if expected is not None:
+        kv_dtype = expected.kv_cache_dtype
+    else:
+        kv_dtype = profile.vllm.kv_cache_dtype if profile.vllm else None
     steps: list[Callable[[], list[CheckRow]]] = []
     if profile.engine == "vllm":
         max_len = profile.vllm.max_model_len if profile.vllm else None
@@ -546,7 +551,7 @@ def run_probes(client: EngineClient, profile: Profile, *, chat: bool | None = No
     if determinism:
         steps.append(lambda: [probe_determinism(client, profile, results)])
     if profile.engine == "vllm":
-        steps.append(lambda: probe_vllm_metrics(client, profile))
+        steps.append(lambda: probe_vllm_metrics(client, profile, kv_dtype))
 
         def long_prompt() -> list[CheckRow]:
             row = probe_long_prompt(client, profile)

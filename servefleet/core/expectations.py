@@ -61,6 +61,9 @@ class ExpectedHealth(BaseModel):
     probe's verdict); false with speculative decoding on."""
     boot_deadline_seconds: int
     """Give up on a boot after this long."""
+    kv_cache_dtype: str | None = None
+    """KV cache dtype the engine should report (``vllm:cache_config_info``); ``None``: not
+    checked (llama.cpp, or a simulated node's CPU build)."""
     engine_version: str = ""
     """Version the engine should report (``/version``, ``/props`` build): the profile's
     ``engine_version``, or on a simulated node the version of the CPU build that runs."""
@@ -190,6 +193,7 @@ def derive_expectations(profile: Profile, node: Node) -> ExpectedHealth:
         deterministic=deterministic,
         boot_deadline_seconds=health.boot_deadline_seconds,
         engine_version=profile.engine_version,
+        kv_cache_dtype=profile.vllm.kv_cache_dtype if profile.vllm else None,
         notes=tuple(notes),
     )
     substitute = sim_engine_for(profile, node)

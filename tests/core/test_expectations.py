@@ -109,7 +109,7 @@ def simulated(node: Node, **engines: Any) -> Node:
 
 
 CPU_VLLM = {"version": "0.32.0", "unshown": ["cudagraph_mode", "attention_backend",
-                                             "kv_smaller_than"],
+                                             "kv_cache_dtype", "kv_smaller_than"],
             "why": "the real vllm 0.32.0 (CPU build) serves a tiny twin"}
 
 

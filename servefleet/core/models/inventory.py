@@ -93,7 +93,8 @@ class Gpu(StrictModel):
         return int(major), int(minor)
 
 
-UnshownFact = Literal["cudagraph_mode", "attention_backend", "kv_smaller_than"]
+UnshownFact = Literal["cudagraph_mode", "attention_backend", "kv_smaller_than",
+                      "kv_cache_dtype"]
 """Boot facts a substituted engine cannot show (a CPU build has no CUDA graphs)."""
 
 

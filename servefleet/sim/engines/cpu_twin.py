@@ -81,6 +81,7 @@ UNSHOWN = {
     "vllm": {
         "cudagraph_mode": "no CUDA graphs on a CPU",
         "attention_backend": "one CPU attention backend, whatever the profile selects",
+        "kv_cache_dtype": "FP8 KV caches are dropped (see --kv-cache-dtype above)",
         "kv_smaller_than": "n-gram drafting keeps no draft state in the KV pool, so the "
                            "pool does not shrink as it does with MTP on a GB10",
     },
