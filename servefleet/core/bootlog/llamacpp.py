@@ -238,6 +238,16 @@ def _ready(st: LlamaCppState, line: LogLine, _rx: Rx) -> bool:
     return True
 
 
+def _listening(st: LlamaCppState, line: LogLine, rx: Rx) -> bool:
+    # 2026 servers start HTTP before loading and print this only after ``model loaded``;
+    # without that line it is not readiness (a router, or a log cut in the middle).
+    if rx[0].search(line.msg) is None:
+        return False
+    if st.get("model_loaded", False):
+        st.mark_ready(excerpt(line))
+    return True
+
+
 def _spec_off(st: LlamaCppState, line: LogLine, _rx: Rx) -> bool:
     st.first("spec_decode", False, excerpt(line))
     return True
@@ -283,6 +293,8 @@ _FLOAT = "([0-9]+[.][0-9]+)"
 RULES: tuple[Rule, ...] = (
     Rule("build_info: ", ("build_info: ([A-Za-z0-9._-]+)",), _build),
     Rule("build: ", ("^build: ([0-9]+ \\([0-9a-f]+\\))",), _build),
+    Rule("common_params_print_info: build ",
+         ("common_params_print_info: build ([0-9]+ \\([^)]+\\))",), _build),
     Rule("using device ", ("using device [A-Za-z0-9_]+ \\(",), _using_device),
     Rule("Device ", ("Device [0-9]+: ([^,]+), ",), _device),
     Rule("MiB free)", ("- ([A-Za-z0-9_]+) +: (.+) \\([0-9]+ MiB, [0-9]+ MiB free\\)",),
@@ -292,7 +304,8 @@ RULES: tuple[Rule, ...] = (
     Rule("n_ctx",
          ("(llama_context|llama_new_context_with_model): n_ctx += ([0-9]+)",
           "n_ctx_seq += ([0-9]+)", "n_ctx_per_seq += ([0-9]+)",
-          "n_ctx_(per_)?seq \\(([0-9]+)\\) <", "new slot,? n_ctx(_slot)? = ([0-9]+)"), _n_ctx),
+          "n_ctx_(per_)?seq \\(([0-9]+)\\) <", "new slot,? n_ctx(_slot)? = ([0-9]+)",
+          "initializing, n_slots = [0-9]+, n_ctx_slot = ([0-9]+)"), _n_ctx),
     Rule("n_slots = ", ("n_slots = ([0-9]+)",), _parallel("n_slots")),
     Rule("n_parallel = ", ("n_parallel = ([0-9]+)",), _parallel("n_parallel")),
     Rule("n_seq_max", ("n_seq_max += ([0-9]+)",), _parallel("n_seq_max")),
@@ -304,10 +317,13 @@ RULES: tuple[Rule, ...] = (
          _first("recurrent_state_mib", float)),
     Rule("flash_attn", ("flash_attn += ([A-Za-z0-9]+)",), _flash_setting),
     Rule("lash ", ("Flash Attention was [a-z]+, set to ([a-z]+)",
-                   "flash attention is (enabled|disabled)"), _flash_resolved),
+                   "flash attention is (enabled|disabled)",
+                   "resolve_fused_ops: Flash Attention (enabled|disabled)"), _flash_resolved),
     Rule("loading model", ("loading model",), _loading),
     Rule("model loaded", ("model loaded",), _model_loaded),
     Rule("server is listening on ", ("server is listening on ",), _ready),
+    Rule("llama_server: listening on ", ("llama_server: listening on [a-z]+://",),
+         _listening),
     Rule("speculative decoding not supported", ("speculative decoding not supported",),
          _spec_off),
     Rule("no implementations specified for speculative decoding",
