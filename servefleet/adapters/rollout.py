@@ -754,13 +754,19 @@ class NodeRollout:
         """``up -d``, follow the boot log, run the health gate and, when it passed, the rest
         of the health checks; return the report of both."""
         deadline = self.clock.monotonic() + target.gate.boot_deadline_seconds
-        clock = self.deadline_clock()
         with self.phase(result, "up"):
             done = self.transport.run(
                 remote.up(self.compose_cmd, self.node.base_dir, target.deployment,
                           target.release_id, target.compose_files),
                 timeout=UP_TIMEOUT_SECONDS, idempotent=False, what="start the engine")
             since = done.text().splitlines()[0].partition("=")[2] if done.stdout else "0"
+        return self.gate(result, target, since, deadline)
+
+    def gate(self, result: DeploymentResult, target: Target, since: str,
+             deadline: float) -> HealthReport:
+        """Follow the boot log from ``since`` and run the health gate and the rest of the
+        health checks before ``deadline`` (phases ``boot`` and ``health``)."""
+        clock = self.deadline_clock()
         with self.phase(result, "boot"):
             booted = follow_boot(
                 self.transport, target.deployment, since, engine=target.engine,
