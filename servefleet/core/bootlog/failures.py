@@ -316,7 +316,9 @@ class TracebackTracker:
     ``_bootstrap`` is an uncaught exception: that process is exiting.
     """
 
-    TOP_FRAMES = ("<module>", "_bootstrap")
+    # <module>: a script or console script; _run_module_as_main: ``python -m`` (how a
+    # launcher runs vLLM's CLI on another Python); _bootstrap: a multiprocessing child.
+    TOP_FRAMES = ("<module>", "_run_module_as_main", "_bootstrap")
     FRAME = re.compile(r'File "[^"]*", line [0-9]+, in ([A-Za-z0-9_<>.]+)')
 
     def __init__(self) -> None:

@@ -46,6 +46,24 @@ def exception_line(state: EngineState, line: LogLine, _rx: tuple[re.Pattern[str]
     return True
 
 
+def _validation_detail(state: EngineState, line: LogLine,
+                       rx: tuple[re.Pattern[str], ...]) -> bool:
+    """The reason of a pydantic ``ValidationError``, printed on the lines after its
+    exception line (``  Value error, User-specified max_model_len (131072) is greater
+    than the derived max_model_len ...``): it replaces the bare exception line as the
+    candidate cause, classified on its own text."""
+    match = rx[0].search(line.msg)
+    if match is None or not state.causes:
+        return True
+    last = state.causes[-1]
+    if "validation error for" not in last.reason:
+        return True
+    detail = match.group(1)
+    state.causes.pop()
+    state.note_cause(classify(detail), f"{last.reason}: {detail}", excerpt(line))
+    return True
+
+
 def _traceback(state: EngineState, line: LogLine, _rx: tuple[re.Pattern[str], ...]) -> bool:
     state.tracebacks.start(line.process, line.lineno)
     if state.phase == SERVING and line.level not in QUIET_LEVELS:
@@ -76,6 +94,7 @@ PYTHON_ERROR_RULES: tuple[Rule, ...] = (
     Rule("Error", (_EXC,), exception_line, _ERRORS),
     Rule("Exception", (_EXC,), exception_line, _ERRORS),
     Rule("KeyboardInterrupt", ("KeyboardInterrupt",), exception_line, _ERRORS),
+    Rule("Value error, ", ("Value error, (.+)",), _validation_detail, BOOT | DYING),
     Rule("Traceback (most recent call last)", (r"Traceback \(most recent call last\)",),
          _traceback, ALWAYS | INSPECT),
     Rule('File "', ('File "[^"]*", line [0-9]+, in ',), _frame, _ERRORS),
