@@ -158,7 +158,8 @@ def _device(st: LlamaCppState, line: LogLine, rx: Rx) -> bool:
         m = pattern.search(line.msg)
         if m is not None:
             name = m.group(m.lastindex or 1).strip()
-            if not name.startswith("CPU"):
+            # ``- CPU : AMD EPYC (…MiB free)`` names the host CPU backend, not a GPU.
+            if not name.startswith("CPU") and not m.group(1).startswith("CPU"):
                 st.first("device_name", name, excerpt(line, m.start(), m.end()))
             return True
     return True

@@ -51,6 +51,34 @@ CASES: dict[str, dict[str, Any]] = {
     "llamacpp-real-gpu/gpu-bad-flag.log": {
         "outcome": "failed", "failure_class": "other", "proof_lines": [1],
         "reason_has": "error: invalid argument: --no-such-flag"},
+    "llamacpp-real-cpu/cpu-default.log": {
+        "outcome": "ready", "n_parallel": 4, "n_ctx_seq": 256, **UNSTATED},
+    "llamacpp-real-cpu/cpu-fa-on.log": {
+        "outcome": "ready", "n_parallel": 4, "n_ctx_seq": 256, **UNSTATED},
+    "llamacpp-real-cpu/cpu-fa-off.log": {
+        "outcome": "ready", "n_parallel": 4, "n_ctx_seq": 256, **UNSTATED},
+    "llamacpp-real-cpu/cpu-kv-q8.log": {
+        "outcome": "ready", "n_parallel": 4, "n_ctx_seq": 256, **UNSTATED},
+    "llamacpp-real-cpu/cpu-killed.log": {
+        "outcome": "ready", "n_parallel": 4, "n_ctx_seq": 256, **UNSTATED},
+    "llamacpp-real-cpu/cpu-lv4.log": {
+        "outcome": "ready", "n_parallel": 4, "n_ctx": 256, "kv_cache_mib": 0.25,
+        # The host CPU line (``- CPU : AMD EPYC``) is no device.
+        "device_name": None, "gpu_layers_offloaded": None, "flash_attn": True,
+        "flash_attn_setting": "auto -> enabled", "engine_version": BUILD},
+    "llamacpp-real-cpu/cpu-bad-flag.log": {
+        "outcome": "failed", "failure_class": "other", "proof_lines": [1],
+        "reason_has": "error: invalid argument: --no-such-flag"},
+    "llamacpp-real-cpu/cpu-missing-model.log": {
+        "outcome": "failed", "failure_class": "model_load_failed", "proof_lines": [6, 5, 15],
+        "reason_has": "failed to open GGUF file '/nonexistent/model.gguf'"},
+    "llamacpp-real-cpu/cpu-kv-alloc.log": {
+        "outcome": "failed", "failure_class": "kv_cache_oom", "proof_lines": [9, 7, 14],
+        "reason_has": "failed to initialize the context: failed to allocate buffer for kv "
+                      "cache"},
+    "llamacpp-real-cpu/cpu-kv-alloc-fit.log": {
+        "outcome": "failed", "failure_class": "kv_cache_oom", "proof_lines": [10, 5, 15],
+        "reason_has": "failed to allocate buffer for kv cache"},
 }
 EXTRA = ("n_ctx_seq", "flash_attn_setting", "recurrent_state_mib")
 
