@@ -27,7 +27,7 @@ from typing import Any
 
 from servefleet.adapters import probes
 from servefleet.adapters.probes import EngineClient, HttpAnswer, Send
-from servefleet.core.bootlog.model import BootFacts, Evidence
+from servefleet.core.bootlog.model import BootFacts, Evidence, LlamaCppExtra
 from servefleet.core.expectations import ExpectedHealth, derive_expectations
 from servefleet.core.health_table import CheckRow, Verdict, shown
 from servefleet.core.models import Node, Profile
@@ -194,15 +194,35 @@ def check_cudagraph_mode(facts: BootFacts, spec: GateSpec) -> Check | None:
 
 
 def check_context(facts: BootFacts, spec: GateSpec) -> Check | None:
-    """llama.cpp: the context the server allocated (shown; judged by the HTTP probes)."""
+    """llama.cpp: the context the server allocated (shown; judged by the HTTP probes).
+
+    Servers of 2026 (b11434) state only the per-slot context at the default verbosity
+    (``initializing, n_slots = 4, n_ctx_slot = 256``); the total is shown when the log has it.
+    """
     if spec.engine != "llama.cpp":
         return None
+    if facts.n_ctx is None and isinstance(facts.extra, LlamaCppExtra) \
+            and facts.extra.n_ctx_seq is not None:
+        return Check("context (n_ctx)", "-", f"{facts.extra.n_ctx_seq:,} per slot", "info",
+                     _lines(facts, "n_ctx_seq"))
     return Check("context (n_ctx)", "-", shown(facts.n_ctx), "info", _lines(facts, "n_ctx"))
+
+
+def check_kv_buffer(facts: BootFacts, spec: GateSpec) -> Check | None:
+    """llama.cpp: the KV buffer in MiB (shown). At the default verbosity current servers do
+    not log it, and neither /props, /slots nor /metrics states it; ``-lv 4`` logs it."""
+    if spec.engine != "llama.cpp":
+        return None
+    if facts.kv_cache_mib is None:
+        return Check("KV cache (MiB)", "-", "- (not logged; `-lv 4` in extra_args logs it)",
+                     "info")
+    return Check("KV cache (MiB)", "-", shown(facts.kv_cache_mib), "info",
+                 _lines(facts, "kv_cache_mib"))
 
 
 BootCheck = Callable[[BootFacts, GateSpec], Check | None]
 BOOT_CHECKS: list[BootCheck] = [check_outcome, check_kv_pool, check_cudagraph_mode,
-                                check_context]
+                                check_context, check_kv_buffer]
 """Boot-log checks, run in order on a boot that reached ``ready`` (a boot that did not is
 judged by :func:`check_outcome` alone)."""
 

@@ -294,6 +294,8 @@ class DeploymentCheck:
         self.rows: list[HealthRow] = []
         self.failure_class: str | None = None
         self.boot_phase: str | None = None
+        self.api_facts: dict[str, Any] = {}
+        """What the engine's API states and its log may not (llama.cpp /props)."""
 
     def read(self) -> NodeRead:
         """Clock, baselines and log (one command)."""
@@ -350,7 +352,7 @@ class DeploymentCheck:
             self.baseline_rows(profile, facts, read, expected.kv_smaller_than)
             if probes_ok:
                 self.record(profile, facts, read, release)
-        return self.result(profile, release, url, headline_facts(facts))
+        return self.result(profile, release, url, {**self.api_facts, **headline_facts(facts)})
 
     def result(self, profile: Profile, release: str | None, url: str,
                facts: Mapping[str, Any]) -> DeploymentHealth:
@@ -486,6 +488,7 @@ class DeploymentCheck:
                              determinism=self.options.determinism, basic=basic,
                              expected=derive_expectations(profile, self.node))
         self.rows.extend(results.rows)
+        self.api_facts.update(results.facts)
         if results.engine_down:
             self.options.sleep(RELOG_GRACE_SECONDS)
             again = self.read()

@@ -151,6 +151,9 @@ class ProbeResults:
     read again for the reason."""
     outputs: dict[str, list[str]] = field(default_factory=dict)
     """Answers of the chat and determinism probes (for JSON and tests)."""
+    facts: dict[str, Any] = field(default_factory=dict)
+    """Facts the API states that current boot logs no longer print (llama.cpp ``/props``:
+    ``n_ctx_slot``, ``total_slots``); shown beside the boot facts."""
 
 
 def _row(fact: str, expected: str, observed: str, verdict: Verdict,
@@ -395,11 +398,22 @@ def probe_long_prompt(client: EngineClient, profile: Profile) -> CheckRow | None
 BUILD_RE = re.compile(r"^b(\d+)")
 
 
+def props_facts(props: dict[str, Any]) -> dict[str, Any]:
+    """What ``/props`` states about the allocation: ``n_ctx_slot``
+    (``default_generation_settings.n_ctx``, the context of one slot) and ``total_slots``.
+    llama-server b11434 logs neither at its default verbosity beyond one line."""
+    defaults = props.get("default_generation_settings")
+    found = {"n_ctx_slot": _int(defaults.get("n_ctx")) if isinstance(defaults, dict) else None,
+             "total_slots": _int(props.get("total_slots"))}
+    return {key: value for key, value in found.items() if value is not None}
+
+
 def probe_props(client: EngineClient, profile: Profile,
-                engine_version: str | None = None) -> tuple[list[CheckRow], int | None]:
+                engine_version: str | None = None,
+                facts: dict[str, Any] | None = None) -> tuple[list[CheckRow], int | None]:
     """``GET /props``: slots, per-slot context and build against the profile (or against
     ``engine_version`` where another build runs, see :func:`run_probes`). Returns the rows
-    and ``total_slots``."""
+    and ``total_slots``; ``facts`` receives :func:`props_facts`."""
     settings = profile.llamacpp
     assert settings is not None
     answer = client.get("/props")
@@ -412,6 +426,8 @@ def probe_props(client: EngineClient, profile: Profile,
     except ValueError:
         return [_row("GET /props", "a JSON object", "not JSON", "fail", answer.shown())], None
     rows: list[CheckRow] = []
+    if facts is not None:
+        facts.update(props_facts(props))
     slots = _int(props.get("total_slots"))
     if settings.parallel is not None:
         rows.append(_row("slots (total_slots)", str(settings.parallel), shown(slots),
@@ -540,7 +556,7 @@ def run_probes(client: EngineClient, profile: Profile, *, chat: bool | None = No
         slots: list[int | None] = [None]
 
         def props() -> list[CheckRow]:
-            found, slots[0] = probe_props(client, profile, version)
+            found, slots[0] = probe_props(client, profile, version, results.facts)
             return found
 
         if basic:
