@@ -94,7 +94,8 @@ def base(fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def stop_engine(fleet: FleetHandle, name: str) -> None:
-    fleet.ssh(name, f"ids=$(docker ps -aq --filter label=com.docker.compose.project={DEP}); "
+    fleet.ssh(name, "ids=$(docker ps -aq --filter "
+                    f"label=com.docker.compose.project=servefleet-{DEP}); "
                     "[ -z \"$ids\" ] || docker rm -f $ids >/dev/null")
 
 
@@ -187,7 +188,8 @@ def wait_for(what: str, condition: Callable[[], bool], timeout: float = 60) -> N
 
 def restarts(fleet: FleetHandle, name: str) -> int:
     result = fleet.ssh(name, f"docker inspect --format '{{{{.RestartCount}}}}' $(docker ps -aq "
-                             f"--latest --filter label=com.docker.compose.project={DEP})",
+                             "--latest --filter "
+                             f"label=com.docker.compose.project=servefleet-{DEP})",
                        check=False)
     return int(result.stdout.strip() or 0)
 

@@ -58,7 +58,7 @@ def fleet(sim_fleet: FleetHandle) -> FleetHandle:
 def _wipe(fleet: FleetHandle, project: Project) -> None:
     node = project.nodes[NODE]
     fleet.ssh(NODE, "ids=$(docker ps -aq --filter label=com.docker.compose.project="
-                    f"{DEPLOYMENT}); [ -z \"$ids\" ] || docker rm -f $ids >/dev/null")
+                    f"servefleet-{DEPLOYMENT}); [ -z \"$ids\" ] || docker rm -f $ids >/dev/null")
     shutil.rmtree(Path(node.base_dir) / DEPLOYMENT, ignore_errors=True)
     shutil.rmtree(Path(node.base_dir) / remote.LOCK_DIR, ignore_errors=True)
     (Path(node.sim.control_dir) / "fault").unlink(missing_ok=True)  # type: ignore[union-attr]
@@ -98,7 +98,7 @@ def props_for(project: Project, profile: str) -> dict[str, Any]:
 
 def running_containers(fleet: FleetHandle) -> list[str]:
     out = fleet.ssh(NODE, "docker ps -q --filter label=com.docker.compose.project="
-                          f"{DEPLOYMENT}").stdout
+                          f"servefleet-{DEPLOYMENT}").stdout
     return out.split()
 
 

@@ -13,11 +13,14 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +67,8 @@ def fleet(sim_fleet: FleetHandle) -> FleetHandle:
 def wipe(fleet: FleetHandle, project: Project) -> None:
     """Remove the test deployment (containers and folder) from every node."""
     for name in fleet.nodes:
-        fleet.ssh(name, f"ids=$(docker ps -aq --filter label=com.docker.compose.project={DEP}); "
+        fleet.ssh(name, "ids=$(docker ps -aq --filter "
+                        f"label=com.docker.compose.project=servefleet-{DEP}); "
                         "[ -z \"$ids\" ] || docker rm -f $ids >/dev/null")
         shutil.rmtree(Path(project.nodes[name].base_dir) / DEP, ignore_errors=True)
 
@@ -111,7 +115,7 @@ def get(node: Node, path: str, port: int = PORT) -> tuple[int, bytes]:
 
 
 def running_release(fleet: FleetHandle, name: str) -> str:
-    return fleet.ssh(name, f"docker ps --filter label=com.docker.compose.project={DEP} "
+    return fleet.ssh(name, f"docker ps --filter label=com.docker.compose.project=servefleet-{DEP} "
                            "--format '{{.Label \"io.servefleet.release\"}}'").stdout.strip()
 
 
@@ -395,24 +399,60 @@ def test_concurrent_deploy_is_refused_by_the_lock(base: Project, fleet: FleetHan
     assert f" pid={os.getpid()} " in (refused.error or "") and "op=deploy" in (refused.error or "")
 
 
-def test_stale_lock_needs_force_unlock(base: Project, fleet: FleetHandle) -> None:
+def test_stale_lock_is_removed_by_its_id_and_no_other(base: Project,
+                                                      fleet: FleetHandle) -> None:
     ensure(base)
     node = base.nodes["sim-spark-2"]
     with SshTransport(node) as transport:
-        NodeLock(transport, "ghost@elsewhere pid=4242 since=2026-01-01T00:00:00Z op=deploy"
-                 ).acquire()
+        ghost = NodeLock(transport, "deploy", datetime.now(UTC))
+        ghost.acquire()
     changed = placed(base, {"sim-spark-2": "qwen36-fp8-mtp"})
     try:
         [refused] = deploy(changed, secrets=SECRETS)
+        assert refused.error_kind == "LockHeld"
+        assert f"id={ghost.lock_id}" in (refused.error or "")
+        assert f"servefleet unlock sim-spark-2 {ghost.lock_id}" in (refused.error or "")
+        [other] = deploy(changed, secrets=SECRETS, unlock_id="000000000000")
+        assert other.error_kind == "LockHeld"  # another id: the lock stays
     except BaseException:
         shutil.rmtree(Path(node.base_dir) / remote.LOCK_DIR, ignore_errors=True)
         raise
-    assert refused.error_kind == "LockHeld"
-    assert "ghost@elsewhere pid=4242" in (refused.error or "")
-    assert "--force-unlock" in (refused.error or "")
-    [forced] = deploy(changed, secrets=SECRETS, force_unlock=True)
+    [forced] = deploy(changed, secrets=SECRETS, unlock_id=ghost.lock_id)
     assert forced.ok, forced.to_json()
     assert not (Path(node.base_dir) / remote.LOCK_DIR).exists()
+
+
+def test_sigterm_during_the_boot_gate_restores_the_old_release(
+        base: Project, fleet: FleetHandle, tmp_path: Path) -> None:
+    """A real ``servefleet deploy`` process gets SIGTERM while the new engine boots: it
+    restores the old release, gated, writes the audit line and releases the lock."""
+    ensure(base)
+    node = base.nodes["sim-spark-2"]
+    before = current_of(node)
+    copy = project_copy(fleet, tmp_path / "project", {"sim-spark-2": "qwen36-fp8-mtp"})
+    state = Path(node.base_dir) / remote.LOCK_DIR / remote.LOCK_STATE_FILE
+    process = subprocess.Popen(
+        [str(Path(sys.executable).with_name("servefleet")), "--project", str(copy), "--stack",
+         "rt", "deploy", "--yes", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "HF_TOKEN": SECRETS["HF_TOKEN"]})
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        if state.exists() and "phase=boot" in state.read_text():
+            process.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.05)
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 1, (out, err)
+    [result] = json.loads(out)["nodes"]
+    [dep] = result["deployments"]
+    assert dep["status"] == "rolled_back", dep
+    assert dep["failure"]["failure_class"] == "interrupted"
+    assert current_of(node) == before and running_release(fleet, "sim-spark-2") == before
+    assert not (Path(node.base_dir) / remote.LOCK_DIR).exists()
+    gated = (folder(node) / remote.GATED).read_text()
+    assert f"release={before} " in gated
+    audit = (folder(node) / remote.AUDIT_FILE).read_text().splitlines()[-1].split("\t")
+    assert audit[5] == "rolled_back" and "interrupted by SIGTERM" in audit[6]
 
 
 def project_copy(fleet: FleetHandle, destination: Path, profiles: dict[str, str]) -> Path:
@@ -449,7 +489,7 @@ def test_killed_engine_comes_back_on_the_next_deploy(base: Project, fleet: Fleet
     release = current_of(node)
     releases_before = sorted(os.listdir(folder(node) / "releases"))
     fleet.ssh("sim-5090", f"docker kill $(docker ps -q --filter "
-                          f"label=com.docker.compose.project={DEP}) >/dev/null")
+                          f"label=com.docker.compose.project=servefleet-{DEP}) >/dev/null")
     stack = placed(base, DEFAULT)
     items, _ = plan_fleet(stack, ["sim-5090"], SECRETS)
     [item] = items

@@ -173,7 +173,7 @@ class Fleet:
 
     def container(self, deployment: str) -> str:
         return self.ssh("docker ps -aq --no-trunc --filter "
-                        f"label=com.docker.compose.project={deployment}")
+                        f"label=com.docker.compose.project=servefleet-{deployment}")
 
     def release_dir(self, deployment: str) -> Path:
         return (Path(self.node.base_dir) / deployment / "current").resolve()

@@ -161,7 +161,7 @@ def pulumi(tmp_path_factory: pytest.TempPathFactory, pulumi_bin: Path,
 def engines_running(fleet: FleetHandle, node: str) -> list[str]:
     """Names of the running containers of the ``main`` deployment on ``node``."""
     out = fleet.ssh(node, "docker ps --format '{{.Names}}' "
-                          "--filter label=com.docker.compose.project=main").stdout
+                          "--filter label=com.docker.compose.project=servefleet-main").stdout
     return out.split()
 
 
