@@ -45,6 +45,7 @@ from servefleet.core.render.release import ENV_FILE, IMAGE_PATCH_MARKER
 READY_MARKERS = (
     "Application startup complete",  # vLLM (uvicorn)
     "server is listening on",  # llama-server
+    "llama_server: listening on ",  # llama-server of 2026 (b11434), after `model loaded`
     "The server is fired up",  # SGLang
 )
 """Lines that end a boot log: the collector stops reading the log there."""
