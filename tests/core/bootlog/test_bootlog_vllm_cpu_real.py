@@ -33,6 +33,14 @@ READY_LOGS: dict[str, dict[str, Any]] = {
     "flag-kv-turboquant.log": {**READY, **KV_1G, "spec_decode": False},
     # "Cannot use AttentionBackendEnum.FLASHINFER backend on CPU." (INFO) and boots.
     "flag-attn-flashinfer.log": {**READY, **KV_1G, "spec_decode": False},
+    # Compiled as asked, but the CPU engine runs without CUDA graphs.
+    "flag-compilation-cudagraph.log": {**READY, **KV_1G, "spec_decode": False},
+    # Each shipped profile's remaining flags, all accepted (--gpu-memory-utilization has
+    # no effect: VLLM_CPU_KVCACHE_SPACE sizes the pool).
+    "flags-qwen36-fp8-rest.log": {**READY, **KV_1G, "spec_decode": False},
+    "flags-qwen36-w8a16-rest.log": {**READY, "kv_cache_tokens": 2_097_152,
+                                    "max_concurrency": 1024.0, "spec_decode": False},
+    "flags-qwen36-nvfp4-tq-rest.log": {**READY, **KV_1G, "spec_decode": False},
 }
 
 FAILED_LOGS: dict[str, tuple[FailureClass, int, str]] = {
@@ -54,6 +62,10 @@ FAILED_LOGS: dict[str, tuple[FailureClass, int, str]] = {
         "RuntimeError: _C::static_scaled_fp8_quant() expected at most 0 argument(s)"),
     "flag-mtp.log": (
         FailureClass.OTHER, 60, "NotImplementedError: Unsupported speculative method: 'mtp'"),
+    "flag-hf-overrides-1m.log": (
+        FailureClass.OTHER, 54,
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: "
+        "The text_config extracted from the model config does not have `num_attention_heads`"),
     "flag-max-model-len-131072.log": (
         FailureClass.OTHER, 55,
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: "
