@@ -56,8 +56,10 @@ def test_llamacpp_model_becomes_the_twin() -> None:
     gguf = "/opt/servefleet-models/tiny-qwen35moe.gguf"
     args, notes = cpu_twin.rewrite("llama.cpp", ["-m", "/models/Q.gguf", "-c", "65536",
                                                  "-ngl", "99", "-fa", "on"], gguf)
-    assert args == ["-m", gguf, "-c", "65536", "-ngl", "99", "-fa", "on"]
-    assert len(notes) == 1 and "test-llama-archs" in notes[0]
+    assert args == ["-m", gguf, "-c", "65536", "-ngl", "99", "-fa", "on",
+                    "--override-kv", "qwen35moe.context_length=int:262144"]
+    assert len(notes) == 2 and "test-llama-archs" in notes[0]
+    assert notes[1].startswith("--override-kv qwen35moe.context_length=int:262144 added: ")
 
 
 def run_twin(tmp_path: Path, engine: str, args: list[str],

@@ -62,20 +62,26 @@ VLLM_REWRITES: tuple[Rewrite, ...] = (
             "not; n-gram drafting exercises the same speculative path, counters included "
             "(no draft model, no PIECEWISE fallback, no KV shrink as on a GB10)"),
 )
-VLLM_ADDED: tuple[tuple[str, str], ...] = (
-    ("--enforce-eager",
+VLLM_ADDED: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("--enforce-eager",),
      "torch.compile's CPU backend (inductor) needs a C++ compiler at boot, which the node "
      "image has not, and would add minutes per boot on two cores; eager mode runs the same "
      "model code"),
 )
-"""Flags the CPU engine gets that a GPU node's does not, with the reason."""
+"""Flags (with their values) the CPU engine gets that a GPU node's does not, and why."""
+LLAMACPP_ADDED: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("--override-kv", "qwen35moe.context_length=int:262144"),
+     "the tiny twin was written with a 256-token training context, and llama-server caps "
+     "every slot to it; Qwen3.6's own native context (262144) lets the profile's ctx_size "
+     "reach the engine as on a real node"),
+)
 LLAMACPP_REWRITES: tuple[Rewrite, ...] = (
     Rewrite(("-m", "--model"), "model",
             "the profile's GGUF is tens of GiB; the tiny twin is a random model of the same "
             "architecture (qwen35moe) written by llama.cpp's test-llama-archs"),
 )
 REWRITES = {"vllm": VLLM_REWRITES, "llama.cpp": LLAMACPP_REWRITES}
-ADDED = {"vllm": VLLM_ADDED, "llama.cpp": ()}
+ADDED = {"vllm": VLLM_ADDED, "llama.cpp": LLAMACPP_ADDED}
 
 UNSHOWN = {
     "vllm": {
@@ -156,10 +162,10 @@ def rewrite(engine: str, args: list[str], model: str) -> tuple[list[str], list[s
             notes.append(f"{flag} {value} → {rule.value}: {rule.why}")
             out += [flag, rule.value]
         index += step
-    for flag, why in ADDED.get(engine, ()):
-        if flag not in out:
-            out.append(flag)
-            notes.append(f"{flag} added: {why}")
+    for added, why in ADDED.get(engine, ()):
+        if added[0] not in out:
+            out += added
+            notes.append(f"{' '.join(added)} added: {why}")
     return out, notes
 
 
