@@ -283,6 +283,11 @@ class LlamaCppSettings(StrictModel):
     """Address to bind."""
     metrics: bool = True
     """Expose ``/metrics``."""
+    log_verbosity: int | None = Field(4, ge=0, le=5)
+    """``-lv N``. Current ``llama-server`` logs its KV buffer, device, offloaded layers,
+    build and flash-attention decision only at 4 (its default, 3, prints a handful of
+    lines), and no endpoint tells the KV size: the health gate reads them from the log.
+    ``null`` leaves the engine's default."""
     cache_prompt: bool | None = None
     """``--no-cache-prompt`` when false (needed for bit-exact determinism)."""
     seed: int | None = None

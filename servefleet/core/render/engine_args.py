@@ -126,6 +126,8 @@ def _llamacpp_pairs(profile: Profile, settings: LlamaCppSettings, port: int | No
     _opt(pairs, "--reasoning-budget", settings.reasoning_budget)
     if settings.metrics:
         pairs.append(("--metrics", None))
+    if settings.log_verbosity is not None:
+        pairs.append(("-lv", str(settings.log_verbosity)))
     _bool_flag(pairs, "--cache-prompt", settings.cache_prompt)
     _opt(pairs, "--seed", settings.seed)
     return pairs

@@ -167,6 +167,7 @@ def test_llamacpp_shipped_q4_profile(shipped: dict[str, Profile]) -> None:
         "-ub", "512",
         "--jinja",
         "--metrics",
+        "-lv", "4",
         "--no-cache-prompt",
     ]
 
@@ -177,7 +178,7 @@ def test_llamacpp_every_knob_in_its_place() -> None:
         llamacpp={"gguf": "/models/m.gguf", "ctx_size": 0, "parallel": 4, "gpu_layers": 99,
                   "flash_attn": "auto", "jinja": False, "reasoning_budget": 0,
                   "host": "127.0.0.1", "metrics": False, "cache_prompt": True, "seed": 42,
-                  "extra_args": ["--threads=8", "--no-mmap"]},
+                  "log_verbosity": 2, "extra_args": ["--threads=8", "--no-mmap"]},
     )
     assert engine_command(profile, 9931) == [
         "-m", "/models/m.gguf",
@@ -190,6 +191,7 @@ def test_llamacpp_every_knob_in_its_place() -> None:
         "-fa", "auto",
         "--no-jinja",
         "--reasoning-budget", "0",
+        "-lv", "2",
         "--cache-prompt",
         "--seed", "42",
         "--threads", "8",
@@ -201,7 +203,7 @@ def test_llamacpp_minimal_keeps_gpu_and_flash_attention_defaults() -> None:
     profile = make_profile(engine="llama.cpp", llamacpp={"gguf": "/models/m.gguf"})
     assert engine_command(profile, 8000) == [
         "-m", "/models/m.gguf", "--alias", "m1", "--host", "0.0.0.0", "--port", "8000",
-        "-ngl", "all", "-fa", "on", "--jinja", "--metrics",
+        "-ngl", "all", "-fa", "on", "--jinja", "--metrics", "-lv", "4",
     ]
 
 
