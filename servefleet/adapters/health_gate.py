@@ -214,7 +214,7 @@ def check_kv_buffer(facts: BootFacts, spec: GateSpec) -> Check | None:
     if spec.engine != "llama.cpp":
         return None
     if facts.kv_cache_mib is None:
-        return Check("KV cache (MiB)", "-", "- (not logged; `-lv 4` in extra_args logs it)",
+        return Check("KV cache (MiB)", "-", "- (not logged; llamacpp.log_verbosity 4 logs it)",
                      "info")
     return Check("KV cache (MiB)", "-", shown(facts.kv_cache_mib), "info",
                  _lines(facts, "kv_cache_mib"))
