@@ -34,3 +34,14 @@ def test_ngram_spec_decode_counters() -> None:
     assert spec.mean_acceptance_length == pytest.approx(1 + 60 / 52)
     assert spec.per_position_acceptance == pytest.approx((40 / 52, 20 / 52))
     assert metrics.kv_capacity_tokens == 1_048_576
+
+
+def test_busy_page_two_running_fourteen_waiting() -> None:
+    # 16 completions of 1,500 tokens against --max-num-seqs 2, scraped 2 s later.
+    metrics = parse_vllm_metrics((DATA / "busy.metrics.txt").read_text(encoding="utf-8"))
+    assert (metrics.requests_running, metrics.requests_waiting) == (2, 14)
+    # 24 blocks of 128 tokens hold the two running sequences; vLLM counts usage over the
+    # pool less its one reserved null block (8191).
+    assert metrics.kv_cache_usage == pytest.approx(24 / 8191, rel=1e-9)
+    assert metrics.generation_tokens == 2839
+    assert metrics.spec_decode is None

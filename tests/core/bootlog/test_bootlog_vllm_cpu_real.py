@@ -66,6 +66,11 @@ FAILED_LOGS: dict[str, tuple[FailureClass, int, str]] = {
         FailureClass.OTHER, 54,
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: "
         "The text_config extracted from the model config does not have `num_attention_heads`"),
+    # The node image has no C++ compiler: torch.compile's inductor cannot build.
+    "bookworm-no-compiler.log": (
+        FailureClass.OTHER, 174,
+        "torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler "
+        "found"),
     "flag-max-model-len-131072.log": (
         FailureClass.OTHER, 55,
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: "
