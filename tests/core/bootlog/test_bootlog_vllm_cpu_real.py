@@ -26,6 +26,8 @@ READY = {"engine": "vllm", "engine_version": "0.32.0", "outcome": "ready",
 READY_LOGS: dict[str, dict[str, Any]] = {
     "healthy.log": {**READY, **KV_1G, "spec_decode": False, "weights_load_seconds": 0.01},
     "spec-ngram.log": {**READY, **KV_1G, "spec_decode": True},
+    # As a node runs it: the fleet's bookworm root, the install mounted read-only, eager.
+    "bookworm-eager.log": {**READY, **KV_1G, "spec_decode": False},
     # The CPU build takes an FP8 KV cache: half the bytes per token, twice the tokens.
     "flag-kv-fp8_e4m3.log": {**READY, "kv_cache_tokens": 2_097_152,
                              "max_concurrency": 1024.0, "spec_decode": False},
@@ -108,6 +110,16 @@ def test_healthy_boot_proves_each_fact_by_its_line() -> None:
     assert lines["outcome"] == 101  # uvicorn's "Application startup complete."
     assert _vx(facts.extra).init_engine_seconds == 32.89
     assert _vx(facts.extra).spec_decode_method is None
+
+
+def test_eager_boot_in_the_node_image() -> None:
+    facts = parse_file(DATA / "bookworm-eager.log")
+    extra = _vx(facts.extra)
+    # "Enforce eager set, disabling torch.compile, CUDAGraphs, ..." (line 56, engine core)
+    assert (facts.cudagraph_mode, extra.cudagraph_mode_source) == ("NONE", "eager")
+    assert facts.evidence["cudagraph_mode"][0].line == 56
+    assert extra.init_engine_seconds == 0.61
+    assert facts.evidence["outcome"][0].line == 103
 
 
 def test_ngram_speculative_decoding_and_its_metrics_lines() -> None:
