@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from importlib import resources
 
 from servefleet.core.observed import END, MANIFEST_FILE, OBSERVE_HEADER, RELEASES_HEADER
 from servefleet.core.render.release import ENV_FILE
@@ -100,25 +101,29 @@ def sequence(*commands: Sequence[str]) -> list[str]:
 
 # -- reading facts ---------------------------------------------------------------------------
 # The sha256 of every file of the current release (``./<path>``), so that a plan sees a file
-# edited on the node. The env file is hashed in its secret-hashed form, line by line as
-# servefleet.core.render.hashed_env_text makes it, so that no secret value is compared or
-# leaves the node, and the hash equals the manifest's.
+# edited on the node. The env file is hashed in its published form (names only), by the one
+# hasher servefleet.core.envdigest, whose source runs on the node (``$hasher``, a positional
+# parameter), so no secret value is hashed, compared or leaves the node, and the hash equals
+# the manifest's.
 _FILES_BODY = (
     "printf '@@files\\n'; "
     'if [ -d "$dir/current/" ]; then ( cd "$dir/current/" || exit 0; '
     "find . -type f ! -path './" + MANIFEST_FILE + "' ! -path './" + ENV_FILE + "' "
     "-exec sha256sum {} + 2>/dev/null; "
     '[ -f ' + ENV_FILE + ' ] && [ -r ' + ENV_FILE + ' ] || exit 0; '
-    'h=$(while IFS= read -r l || [ -n "$l" ]; do '
-    "case $l in '#'*) printf '%s\\n' \"$l\"; continue;; esac; "
-    'n=${l%%=*}; v=${l#*=}; '
-    "if [ \"$n\" = \"$l\" ] || [ -z \"$v\" ]; then printf '%s\\n' \"$l\"; continue; fi; "
-    "case $v in \\'*\\') v=${v#?}; v=${v%?};; esac; "
-    'd=$(printf %s "$v" | sha256sum); '
-    "printf '%s=sha256:%s\\n' \"$n\" \"${d%% *}\"; "
-    'done < ' + ENV_FILE + ' | sha256sum); '
-    "printf '%s  ./%s\\n' \"${h%% *}\" " + ENV_FILE + "; ); fi; "
+    'h=$(python3 -S -c "$hasher" < ' + ENV_FILE + ' 2>/dev/null) || h=unhashable; '
+    "printf '%s  ./%s\\n' \"$h\" " + ENV_FILE + "; ); fi; "
 )
+
+
+def env_hasher_program() -> str:
+    """The Python program the node runs on its ``engine.env``: the one env-file hasher
+    (:mod:`servefleet.core.envdigest`), then the sha256 of the published form, printed."""
+    source = resources.files("servefleet.core").joinpath("envdigest.py").read_text("utf-8")
+    return (source + "\nimport hashlib, sys\n"
+            "print(hashlib.sha256(hashed_env_text(sys.stdin.buffer.read())).hexdigest())\n")
+
+
 _OBSERVE_BODY = (
     'for d in "$@"; do '
     'dir=$base/$d; '
@@ -140,7 +145,7 @@ _OBSERVE_BODY = (
     "printf '" + END + "\\n'"
 )
 OBSERVE_SCRIPT = (
-    'base=$1; fmt=$2; shift 2; '
+    'base=$1; fmt=$2; hasher=$3; shift 3; '
     "printf '" + OBSERVE_HEADER + "\\n@@lock\\n'; "
     'cat "$base/' + LOCK_DIR + '/owner" "$base/' + LOCK_DIR + '/' + LOCK_STATE_FILE
     + '" 2>/dev/null; '
@@ -154,7 +159,7 @@ def observe(base_dir: str, deployments: Sequence[str]) -> list[str]:
     containers (state, exit code, restart count, the release folder each was started
     from). Parsed by
     :func:`servefleet.core.observed.parse_observation`."""
-    return _sh(OBSERVE_SCRIPT, base_dir, INSPECT_TEMPLATE, *deployments)
+    return _sh(OBSERVE_SCRIPT, base_dir, INSPECT_TEMPLATE, env_hasher_program(), *deployments)
 
 
 RELEASES_SCRIPT = (

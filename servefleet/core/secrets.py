@@ -13,7 +13,8 @@ MASK = "***"
 
 
 def secret_digest(value: str) -> str:
-    """sha256 of a secret value: what manifests and drift reports carry instead of it."""
+    """sha256 of a secret value, for comparisons on the control machine only (drift compares
+    a container's environment with it); never written to a manifest, plan or output."""
     return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
 
 

@@ -170,7 +170,16 @@ def test_the_collector_is_compiled_once_per_node(tmp_path: Path,
     b"A='it''s'\nB=plain\n",
 ])
 def test_collector_hashes_env_files_like_the_renderer(content: bytes) -> None:
-    assert script.hashed_env_text(content) == hashed_env_text(content)
+    # One hasher: the source sent to the node carries servefleet.core.envdigest itself, and
+    # runs without servefleet importable (python3 -S, as on a node).
+    assert script.hashed_env_text is hashed_env_text
+    program = (collector_source() + "\nimport sys\n"
+               "sys.stdout.buffer.write(hashed_env_text(sys.stdin.buffer.read()))\n")
+    done = subprocess.run([sys.executable, "-S", "-I", "-c", program], input=content,
+                          capture_output=True, check=False, cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == hashed_env_text(content)
+    assert b"hf_abc" not in done.stdout
 
 
 def test_collector_hashes_container_env_on_the_node() -> None:

@@ -30,7 +30,7 @@ INSPECT = (
 def test_observe() -> None:
     assert remote.observe("/srv/sf", ["main", "alt"]) == [
         "sh", "-c",
-        "base=$1; fmt=$2; shift 2; printf '@@servefleet-observe 1\\n@@lock\\n'; "
+        "base=$1; fmt=$2; hasher=$3; shift 3; printf '@@servefleet-observe 1\\n@@lock\\n'; "
         'cat "$base/.servefleet-lock/owner" "$base/.servefleet-lock/state" 2>/dev/null; '
         'for d in "$@"; do dir=$base/$d; printf \'@@deployment %s\\n\' "$d"; '
         "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; continue; fi; "
@@ -46,7 +46,7 @@ def test_observe() -> None:
         "printf '@@containers\\n'; "
         '[ -z "$ids" ] || docker inspect --format "$fmt" $ids 2>&1; '
         "else printf '@@docker-error\\n%s\\n' \"$ids\"; fi; done; printf '@@end\\n'",
-        "sh", "/srv/sf", INSPECT, "main", "alt",
+        "sh", "/srv/sf", INSPECT, remote.env_hasher_program(), "main", "alt",
     ]
 
 

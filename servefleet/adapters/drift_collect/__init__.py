@@ -102,8 +102,12 @@ class CollectOptions:
 
 
 def collector_source() -> str:
-    """The collector's source, as sent to the node."""
-    return resources.files(__name__).joinpath("collector_script.py").read_text("utf-8")
+    """The collector's source, as sent to the node, with the one env-file hasher
+    (:mod:`servefleet.core.envdigest`) appended: the node hashes ``engine.env`` exactly as
+    the renderer does."""
+    script = resources.files(__name__).joinpath("collector_script.py").read_text("utf-8")
+    hasher = resources.files("servefleet.core").joinpath("envdigest.py").read_text("utf-8")
+    return f"{script}\n\n# ---- servefleet.core.envdigest ----\n{hasher}"
 
 
 def build_request(base_dir: str, queries: Sequence[DeploymentQuery],

@@ -12,8 +12,9 @@ and only variables the control machine named as non-secret are sent in clear.
 It reads, per deployment of the request:
 
 - ``<base>/<deployment>/current`` and every file of that release, hashed (``engine.env`` in
-  its secret-hashed form, as :func:`servefleet.core.render.hashed_env_text` makes it), the
-  release's manifest, and the digests of the ``engine.env`` values;
+  its published form, names only, by :func:`servefleet.core.envdigest.hashed_env_text`, whose
+  source is appended to this one when it is sent), the release's manifest, and the digests
+  of the ``engine.env`` values (compared on the control machine, never written);
 - the compose project's containers through the ``docker`` CLI: ``docker inspect`` of the
   engine container (state, restarts, command, environment, labels, image), ``docker image
   inspect`` of its image and of the reference it names (a tag that moved), the overlay
@@ -124,24 +125,10 @@ def value_digest(value: str) -> str:
     return "sha256:" + sha256_hex(value.encode("utf-8", "surrogateescape"))
 
 
-def hashed_env_text(content: bytes) -> bytes:
-    """Each ``NAME=value`` of an env file becomes ``NAME=sha256:<hex of value>``
-    (``NAME=`` placeholders and comments stay); single quotes around a value are removed
-    first. Mirrors ``servefleet.core.render.hashed_env_text``; tests hold the two equal."""
-    out = []
-    for line in content.decode("utf-8").splitlines():
-        name, sep, value = line.partition("=")
-        if line.startswith("#") or not sep or value == "":
-            out.append(line)
-            continue
-        if len(value) >= 2 and value[0] == value[-1] == "'":
-            value = value[1:-1]
-        out.append(name + "=sha256:" + sha256_hex(value.encode()))
-    return ("\n".join(out) + "\n").encode() if out else b""
-
-
 def env_digests(content: bytes) -> dict[str, str]:
-    """``NAME`` → ``sha256:`` digest of its value, for each assignment of an env file."""
+    """``NAME`` → ``sha256:`` digest of its value, for each assignment of an env file: the
+    answer to the control machine, which compares it with the secret it holds and shows
+    only "differs"; unlike the file hashes it is never written to a manifest or an output."""
     digests = {}
     for line in content.decode("utf-8", "replace").splitlines():
         name, sep, value = line.partition("=")
@@ -572,3 +559,12 @@ def main(request: dict[str, Any], probe_source: str | None = None) -> int:
     sys.stdout.write(json_dumps(answer) + "\n")
     sys.stdout.flush()
     return 0
+
+
+# The env-file hasher is servefleet.core.envdigest, one copy for the renderer and the node:
+# collector_source() appends its source here when the collector is sent; imported on the
+# control machine (tests load this file as a module).
+try:  # noqa: SIM105 (importing contextlib would cost start-up time on the node)
+    from servefleet.core.envdigest import hashed_env_text
+except ImportError:
+    pass  # on the node: the appended source defines it

@@ -7,9 +7,10 @@ override files), ``.env`` (compose interpolation variables), ``engine.env`` (sec
 
 The release id is a short sha256 over the rendered files (path, mode and content) rendered
 with an empty id, then the files are rendered again with the id in them (labels, ``.env``,
-the overlay image tag). Secret values enter the id only as their sha256: identical inputs
-give byte-identical files and the same id, a rotated secret gives a new id, and no secret
-reaches anything but ``engine.env``.
+the overlay image tag). ``engine.env`` enters the id, the manifest and every published hash
+in the form :func:`servefleet.core.envdigest.hashed_env_text` makes: secret names, never
+anything computed from a value. Identical inputs give byte-identical files and the same id,
+and no secret reaches anything but ``engine.env``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 import jinja2
 
+from servefleet.core.envdigest import hashed_env_text
 from servefleet.core.errors import RenderError
 from servefleet.core.models import Deployment, Node, PatchOverlay, Profile
 from servefleet.core.project import PROFILES_DIR, SECRET_KEYS, Project, profile_identity
@@ -129,8 +131,8 @@ class RenderedRelease:
     modes: dict[str, int]
     """Relative path → file mode (``engine.env`` 0o600, everything else 0o644)."""
     file_hashes: dict[str, str]
-    """Relative path → sha256 hex. For ``engine.env`` the hash is over its secret-hashed
-    form (see :func:`hashed_env_text`), so it can be shown and compared."""
+    """Relative path → sha256 hex. For ``engine.env`` the hash is over its published form
+    (:func:`servefleet.core.envdigest.hashed_env_text`: names only), so it can be shown."""
     secret_names: tuple[str, ...]
     """Secret variables the engine gets from ``engine.env`` (names only)."""
     secrets_rendered: bool
@@ -154,25 +156,6 @@ def _slug(value: str) -> str:
 def overlay_image_name(node: str, deployment: str, release_id: str) -> str:
     """Tag of a locally built overlay image: ``servefleet/<node>-<deployment>:<release id>``."""
     return f"servefleet/{_slug(node)}-{_slug(deployment)}:{release_id}"
-
-
-def hashed_env_text(content: bytes) -> bytes:
-    """The secret-hashed form of an env file: each ``NAME=value`` becomes
-    ``NAME=sha256:<hex of value>`` (``NAME=`` placeholders and comments stay).
-
-    Works on a file from a node as well as on a rendered one, so a drift check can compare
-    without ever showing a value. Values are unquoted as :func:`env_value` quotes them.
-    """
-    out: list[str] = []
-    for line in content.decode("utf-8").splitlines():
-        name, sep, value = line.partition("=")
-        if line.startswith("#") or not sep or value == "":
-            out.append(line)
-            continue
-        if len(value) >= 2 and value[0] == value[-1] == "'":
-            value = value[1:-1]
-        out.append(f"{name}=sha256:{_sha256(value.encode())}")
-    return ("\n".join(out) + "\n").encode() if out else b""
 
 
 def release_id_of(files: Mapping[str, bytes], modes: Mapping[str, int]) -> str:

@@ -75,23 +75,32 @@ def test_one_changed_flag_changes_the_id_and_only_the_compose_file(tmp_project: 
     assert other_node.release_id != base.release_id
 
 
-def test_rotated_secret_changes_the_id_but_never_shows_the_value(kit: Any) -> None:
+def test_published_hashes_carry_secret_names_never_anything_of_a_value(kit: Any) -> None:
     project = _reference(kit)
     deployment = project.deployments()[0]
     one = render_release(project, deployment, {"HF_TOKEN": SECRET})
     two = render_release(project, deployment, {"HF_TOKEN": SECRET + "2"})
-    assert one.release_id != two.release_id
+    # Nothing published is computed from a value: a digest of it would let anyone holding
+    # the manifest, plan or Pulumi outputs test guesses offline.
+    assert one.release_id == two.release_id
+    assert one.file_hashes == two.file_hashes
     assert one.files["engine.env"].endswith(f"HF_TOKEN='{SECRET}'\n".encode())
-    assert one.file_hashes["engine.env"] == _sha(kit, hashed_env_text(one.files["engine.env"]))
-    assert one.file_hashes["engine.env"] != _sha(kit, one.files["engine.env"])
+    assert hashed_env_text(one.files["engine.env"]) == b"HF_TOKEN=(set)\n"
+    assert one.file_hashes["engine.env"] == _sha(kit, b"HF_TOKEN=(set)\n")
     manifest = manifest_for(one, deployment, created_at="2026-11-22T01:00:00+00:00",
                             created_by="ops@example")
+    published = json.dumps([manifest, one.file_hashes, one.release_id])
+    for value in (SECRET, "s3cr3t"):
+        assert hashlib.sha256(value.encode()).hexdigest() not in published
     leaks = [SECRET, "s3cr3t"]
     for text in (one.files["compose.yaml"].decode(), one.files[".env"].decode(),
                  json.dumps(manifest), repr(one), json.dumps(one.file_hashes),
                  hashed_env_text(one.files["engine.env"]).decode()):
         for leak in leaks:
             assert leak not in text
+    # A secret added or emptied is still a different file.
+    placeholder = render_release(project, deployment, None, require_secrets=False)
+    assert placeholder.file_hashes["engine.env"] != one.file_hashes["engine.env"]
 
 
 def test_missing_secret_is_named_without_any_value(kit: Any) -> None:
@@ -172,15 +181,11 @@ def test_overlay_release_names_its_image_after_node_deployment_and_id(
     assert again.files == release.files and again.release_id == release.release_id
 
 
-def test_hashed_env_text_matches_on_rendered_and_node_copies() -> None:
-    rendered = b"# c\nA='x y'\nB=\nC='p$q'\n"
-    assert hashed_env_text(rendered) == (
-        b"# c\n"
-        b"A=sha256:" + hashlib.sha256(b"x y").hexdigest().encode() + b"\n"
-        b"B=\n"
-        b"C=sha256:" + hashlib.sha256(b"p$q").hexdigest().encode() + b"\n"
-    )
+def test_hashed_env_text_keeps_names_and_drops_values_and_comments() -> None:
+    rendered = b"# c\nA='x y'\nB=\n\nC='p$q'\nstray\n"
+    assert hashed_env_text(rendered) == b"A=(set)\nB=\nC=(set)\nstray\n"
     assert hashed_env_text(b"") == b""
+    assert hashed_env_text(b"A=\xff\n") == b"A=(set)\n"  # not UTF-8: no error
 
 
 def test_manifest_lists_inputs_hashes_and_who(kit: Any) -> None:
