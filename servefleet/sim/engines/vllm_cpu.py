@@ -168,6 +168,7 @@ def _install(root: Path, log: Log) -> None:
         launcher.parent.mkdir()
         launcher.write_text(LAUNCHER, encoding="utf-8")
         launcher.chmod(0o755)
+        _smoke_test(work)
         seconds = round(time.monotonic() - started, 1)
         (work / "INSTALL.json").write_text(json.dumps({
             "engine": "vllm", "version": VLLM_VERSION, "recipe": recipe_hash(),
@@ -180,6 +181,19 @@ def _install(root: Path, log: Log) -> None:
             f"({downloaded / 1e9:.2f} GB downloaded)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _smoke_test(root: Path) -> None:
+    """Import torch and vLLM's CLI from the new folder alone, as the launcher will: a
+    broken install fails here instead of being cached."""
+    with tempfile.TemporaryDirectory() as home:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "PYTHONPATH": str(root / "site"), "LD_LIBRARY_PATH": str(root / "lib"),
+               "HOME": home, **ENGINE_ENV}
+        # -S: not this virtualenv's site-packages. -B: no bytecode written into the install.
+        _run([sys.executable, "-S", "-B", "-c",
+              "import importlib.metadata as m, torch, vllm.entrypoints.cli.main; "
+              f"assert m.version('vllm') == {VLLM_VERSION!r}"], "import check", env=env)
 
 
 def _pip_install(target: Path, wheels: Path) -> int:
