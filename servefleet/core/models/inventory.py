@@ -76,7 +76,7 @@ class Gpu(StrictModel):
     unified_memory: bool = False
     """CPU and GPU share one memory pool (GB10, Jetson): vLLM then measures free memory
     from the host, and the OS, page cache and other containers compete for it."""
-    compute_capability: str
+    compute_capability: Text
     """CUDA compute capability as ``major.minor`` (GB10: ``12.1``; RTX 5090: ``12.0``)."""
 
     @field_validator("compute_capability")
