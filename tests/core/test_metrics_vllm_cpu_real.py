@@ -45,3 +45,10 @@ def test_busy_page_two_running_fourteen_waiting() -> None:
     assert metrics.kv_cache_usage == pytest.approx(24 / 8191, rel=1e-9)
     assert metrics.generation_tokens == 2839
     assert metrics.spec_decode is None
+
+
+def test_ngram_counters_in_the_node_image() -> None:
+    text = (DATA / "bookworm-eager-ngram.metrics.txt").read_text(encoding="utf-8")
+    spec = parse_vllm_metrics(text).spec_decode
+    assert spec == SpecDecodeCounters(64, 112, 92, (56, 36))
+    assert spec.describe() == "acceptance 82.1%, mean length 2.44 (64 drafts)"

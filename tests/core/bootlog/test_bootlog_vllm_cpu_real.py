@@ -28,6 +28,7 @@ READY_LOGS: dict[str, dict[str, Any]] = {
     "spec-ngram.log": {**READY, **KV_1G, "spec_decode": True},
     # As a node runs it: the fleet's bookworm root, the install mounted read-only, eager.
     "bookworm-eager.log": {**READY, **KV_1G, "spec_decode": False},
+    "bookworm-eager-ngram.log": {**READY, **KV_1G, "spec_decode": True},
     # The CPU build takes an FP8 KV cache: half the bytes per token, twice the tokens.
     "flag-kv-fp8_e4m3.log": {**READY, "kv_cache_tokens": 2_097_152,
                              "max_concurrency": 1024.0, "spec_decode": False},
@@ -145,3 +146,14 @@ def test_failed_boot_class_and_proving_line(name: str) -> None:
     assert facts.failure_reason is not None and facts.failure_reason.startswith(reason)
     assert facts.evidence["outcome"][0].line == line
     assert facts.kv_cache_tokens is None
+
+
+def test_ngram_in_the_node_image_agrees_with_its_metrics_page() -> None:
+    extra = _vx(parse_file(DATA / "bookworm-eager-ngram.log").extra)
+    assert extra.spec_decode_method == "ngram"
+    assert extra.cudagraph_mode_source == "eager"
+    metrics = extra.spec_decode_metrics
+    assert metrics is not None
+    # One stats line; /metrics (bookworm-eager-ngram.metrics.txt) says 92 of 112 too.
+    assert (metrics.lines, metrics.accepted_tokens, metrics.drafted_tokens) == (1, 92, 112)
+    assert metrics.per_position_acceptance_last == (0.875, 0.562)
