@@ -29,6 +29,12 @@ READY_LOGS: dict[str, dict[str, Any]] = {
     # As a node runs it: the fleet's bookworm root, the install mounted read-only, eager.
     "bookworm-eager.log": {**READY, **KV_1G, "spec_decode": False},
     "bookworm-eager-ngram.log": {**READY, **KV_1G, "spec_decode": True},
+    # The twin with Qwen3.6's native context (262144): the profiles' context lengths.
+    "ctx-262144.log": {**READY, "kv_cache_tokens": 1_048_576, "max_concurrency": 4.0,
+                       "max_concurrency_at_tokens": 262_144, "spec_decode": False},
+    # 1M tokens fit 1 GiB only with an FP8 KV cache, as qwen36-w8a16-1m asks.
+    "ctx-1048576-fp8.log": {**READY, "kv_cache_tokens": 2_097_152, "max_concurrency": 2.0,
+                            "max_concurrency_at_tokens": 1_048_576, "spec_decode": False},
     # The CPU build takes an FP8 KV cache: half the bytes per token, twice the tokens.
     "flag-kv-fp8_e4m3.log": {**READY, "kv_cache_tokens": 2_097_152,
                              "max_concurrency": 1024.0, "spec_decode": False},
@@ -52,6 +58,11 @@ FAILED_LOGS: dict[str, tuple[FailureClass, int, str]] = {
         FailureClass.MAX_MODEL_LEN_EXCEEDS_KV_CACHE, 77,
         "ValueError: To serve at least one request with the model's max seq len (2097152), "
         "(2.0 GiB KV cache is needed, which is larger than the available KV cache memory "
+        "(1.0 GiB)"),
+    "ctx-1048576.log": (
+        FailureClass.MAX_MODEL_LEN_EXCEEDS_KV_CACHE, 76,
+        "ValueError: To serve at least one request with the model's max seq len (1048576), "
+        "(1.0 GiB KV cache is needed, which is larger than the available KV cache memory "
         "(1.0 GiB)"),
     "missing-model.log": (
         FailureClass.MODEL_DOWNLOAD_OR_AUTH, 64,
@@ -94,12 +105,12 @@ def test_ready_boot_facts(name: str) -> None:
     extra = _vx(facts.extra)
     assert extra.kv_cache_device == "CPU"
     assert extra.kv_cache_tokens_basis == "max_concurrency"
-    assert extra.max_model_len == 2048
+    assert extra.max_model_len == got["max_concurrency_at_tokens"]
     assert extra.engine_init_completed is True
     tokens, concurrency = got["kv_cache_tokens"], got["max_concurrency"]
     assert facts.evidence["kv_cache_tokens"][0].text.endswith(
-        f"CPU KV cache size: {tokens:,} tokens, Maximum concurrency for 2,048 tokens per "
-        f"request: {concurrency:.2f}x")
+        f"CPU KV cache size: {tokens:,} tokens, Maximum concurrency for "
+        f"{got['max_concurrency_at_tokens']:,} tokens per request: {concurrency:.2f}x")
 
 
 def test_healthy_boot_proves_each_fact_by_its_line() -> None:
