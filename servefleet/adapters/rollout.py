@@ -546,8 +546,11 @@ class NodeRollout:
         return result
 
     def _unchanged(self, item: PlanItem) -> DeploymentResult:
+        # Nothing to deploy, but a lock left by a rollout that died is still worth a word:
+        # only `servefleet unlock NODE LOCK_ID` removes it.
         return DeploymentResult(self.node.name, item.deployment, "unchanged", item.release_id,
-                                item.current_release, plan=item)
+                                item.current_release, plan=item,
+                                warnings=list(item.recovery))
 
     def target_for(self, rendered: RenderedRelease, deployment: Deployment) -> Target:
         """The target of a freshly rendered release."""
@@ -619,6 +622,17 @@ class NodeRollout:
                 self.recover(result, target, operation, touched, started, observed)
         except GaveUp as gave_up:
             self.give_up(result, target, operation, str(gave_up), started)
+        except KeyboardInterrupt:
+            # Outside any phase: bookkeeping after the switch, or stopping the failed
+            # engine before a restore. After the switch the release stands; before it, the
+            # node's state is recorded instead of restored.
+            self.abort.trip("SIGINT")
+            if result.status == "deployed":
+                result.warnings.append("interrupted after the switch: the prune or the "
+                                       "audit line may be missing")
+            else:
+                self.give_up(result, target, operation, "interrupted (SIGINT) while "
+                             "recovering", started)
         return result
 
     def commit(self, result: DeploymentResult, target: Target, operation: str,
@@ -805,10 +819,16 @@ class NodeRollout:
         chosen = restore_candidate(observed, target.release_id) if touched else None
         try:
             if started:
-                # A failed engine must not keep restarting under its restart policy.
-                self.transport.run(remote.stop(target.deployment,
-                                               grace_seconds=FAILED_STOP_GRACE_SECONDS),
-                                   timeout=300, what="stop the failed engine")
+                # A failed engine must not keep serving or restarting; when it cannot be
+                # stopped, the restore's `up` still replaces it (one project, one engine).
+                try:
+                    self.transport.run(remote.stop(target.deployment,
+                                                   grace_seconds=FAILED_STOP_GRACE_SECONDS),
+                                       timeout=300, what="stop the failed engine")
+                except ServefleetError as error:
+                    result.warnings.append(f"the failed engine {target.release_id} could not "
+                                           f"be stopped ({error}): unless the restore "
+                                           "replaced it, it may serve ungated")
             if chosen is not None:
                 result.restore = self.restore(result, chosen)
                 result.status = "rolled_back" if result.restore.ok else "restore_failed"
@@ -860,6 +880,8 @@ class NodeRollout:
                                    idempotent=True, what=f"switch current to {release_id}")
             except ServefleetError as error:
                 warnings.append(f" (bookkeeping failed: {error})")
+                result.warnings.append(f"restored {release_id}, but its gate mark or the "
+                                       f"switch of current was not written: {error}")
             return Restore(release_id, True,
                            f"release {release_id} serves again{''.join(warnings)}", report)
         except StepFailed as failed:

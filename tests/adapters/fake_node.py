@@ -1,0 +1,162 @@
+"""A node without the fleet: servefleet's real remote scripts run by the local ``sh`` in a
+throw-away base directory, with :mod:`fake_docker` as ``docker``, behind a transport that
+records every command and can fail, time out, drop the connection, raise
+KeyboardInterrupt or deliver a signal at any one of them.
+
+The health gate is the only part replaced (:class:`FakeGateRollout`): it reads the fake
+Docker's containers through the transport (so it is a step like any other) and fails for
+the releases the test names; boot-log parsing and probes have their own tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from servefleet.adapters import remote
+from servefleet.adapters.health_gate import HealthReport
+from servefleet.adapters.rollout import Abort, DeploymentResult, NodeRollout, Target
+from servefleet.adapters.ssh import CommandResult
+from servefleet.core.errors import CommandTimedOut, ConnectionLost, RemoteError
+from servefleet.core.health_table import CheckRow
+from servefleet.core.models import Node
+from servefleet.core.observed import ObservedNode, parse_container, parse_observation
+from servefleet.core.secrets import SecretMask
+
+FAKE_DOCKER = Path(__file__).with_name("fake_docker.py")
+
+FaultKind = Literal["error", "timeout", "lost", "interrupt", "sigterm", "sigterm-twice"]
+FAULT_KINDS: tuple[FaultKind, ...] = ("error", "timeout", "lost", "interrupt", "sigterm",
+                                      "sigterm-twice")
+"""``error``: the command exits 1 without running; ``timeout``: it runs, then the transport
+reports a timeout; ``lost``: the connection is gone from here on (a controller that died);
+``interrupt``: KeyboardInterrupt instead of the command; ``sigterm``: SIGTERM arrives, the
+command runs; ``sigterm-twice``: two signals arrive, the command runs."""
+
+
+@dataclass
+class Fault:
+    """What to do at which command."""
+
+    step: int
+    """Index of the command (0: the first ``run`` of the rollout)."""
+    kind: FaultKind
+    """See :data:`FAULT_KINDS`."""
+
+
+@dataclass
+class FakeNodeTransport:
+    """:class:`~servefleet.adapters.ssh.SshTransport`'s interface over the local ``sh``."""
+
+    node: Node
+    root: Path
+    secrets: dict[str, str] = field(default_factory=dict)
+    fault: Fault | None = None
+    abort: Abort | None = None
+    labels: list[str] = field(default_factory=list)
+    lost: bool = False
+
+    def __post_init__(self) -> None:
+        self.mask = SecretMask.from_mapping(self.secrets)
+        bindir = self.root / "bin"
+        bindir.mkdir(parents=True, exist_ok=True)
+        docker = bindir / "docker"
+        if not docker.exists():
+            docker.write_text(f"#!/bin/sh\nexec {sys.executable} -S -E {FAKE_DOCKER} \"$@\"\n")
+            docker.chmod(docker.stat().st_mode | stat.S_IXUSR)
+        self.env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}",
+                    "FAKE_DOCKER_STATE": str(self.root / "docker.json")}
+
+    def __enter__(self) -> FakeNodeTransport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+    def run(self, argv: Sequence[str], *, stdin: bytes | None = None,
+            timeout: float | None = 120, check: bool = True, idempotent: bool = True,
+            what: str | None = None) -> CommandResult:
+        """Run ``argv`` locally, unless the fault for this step says otherwise."""
+        label = what or str(argv[0])
+        step = len(self.labels)
+        self.labels.append(label)
+        if self.lost:
+            raise ConnectionLost(self.node.name, f"{label}: connection lost")
+        fault = self.fault if self.fault is not None and self.fault.step == step else None
+        kind = fault.kind if fault is not None else None
+        if kind == "interrupt":
+            raise KeyboardInterrupt
+        if kind == "lost":
+            self.lost = True
+            raise ConnectionLost(self.node.name, f"{label}: connection lost")
+        if kind in ("sigterm", "sigterm-twice"):
+            assert self.abort is not None
+            self.abort.trip("SIGTERM")
+            if kind == "sigterm-twice":
+                self.abort.trip("SIGTERM")
+        if kind == "error":
+            result = CommandResult(1, b"", b"injected failure")
+        else:
+            done = subprocess.run(list(argv), input=stdin or b"", capture_output=True,
+                                  env=self.env, timeout=60, check=False)
+            result = CommandResult(done.returncode, done.stdout, done.stderr)
+        if kind == "timeout":
+            raise CommandTimedOut(self.node.name, f"{label}: no exit after {timeout} s")
+        if check and not result.ok:
+            tail = self.mask(result.stderr.decode("utf-8", "replace")[-500:])
+            raise RemoteError(self.node.name, label, result.exit_status, tail)
+        return result
+
+    def stream_lines(self, *_args: Any, **_kwargs: Any) -> Any:
+        """Not used: :class:`FakeGateRollout` reads the containers instead of a log."""
+        raise AssertionError("the fake node has no engine log to follow")
+
+    # -- what the test reads, without going through the fault ---------------------------
+    def sh(self, argv: Sequence[str]) -> str:
+        """Run ``argv`` locally, no fault, not recorded."""
+        done = subprocess.run(list(argv), capture_output=True, env=self.env, timeout=60,
+                              check=True)
+        return done.stdout.decode()
+
+    def observed(self, deployment: str = "main") -> ObservedNode:
+        """The node as servefleet's observe command reads it."""
+        return parse_observation(self.sh(remote.observe(self.node.base_dir, [deployment])))
+
+    def docker_state(self) -> dict[str, Any]:
+        """The fake Docker's state file."""
+        path = self.root / "docker.json"
+        return dict(json.loads(path.read_text())) if path.exists() else {}
+
+
+class FakeGateRollout(NodeRollout):
+    """A rollout whose gate passes when the target release's container runs, unless the
+    release is in ``failing``."""
+
+    failing: frozenset[str] = frozenset()
+
+    def gate(self, result: DeploymentResult, target: Target, since: str,
+             deadline: float) -> HealthReport:
+        with self.phase(result, "boot"):
+            text = self.transport.run(remote.container_state(target.deployment),
+                                      what="follow the boot log").text()
+            running = [c for c in map(parse_container, filter(None, text.splitlines()))
+                       if c.running]
+        with self.phase(result, "health"):
+            self.check_abort("health")
+            serves = bool(running) and running[0].release_id == target.release_id
+            ok = serves and target.release_id not in self.failing
+            verdict: Literal["pass", "fail"] = "pass" if ok else "fail"
+            row = CheckRow("/health", "200", "200" if ok else "503", verdict,
+                           () if ok else ("engine answered 503 (injected)",))
+            return HealthReport(f"http://{self.node.address}:{target.port}", (row,),
+                                None if ok else "engine_unhealthy")

@@ -1,0 +1,379 @@
+"""Recovery of a rollout, without the fleet: every command of an update × every way it can
+go wrong (exit status, timeout, lost controller, KeyboardInterrupt, SIGTERM, two signals).
+
+Each case starts from a node that serves release A (deployed and gated), deploys release B
+with one fault injected, and checks what the node is left with: the old engine restored
+and gated, or the state recorded (lock with its phase, audit line) and visible in the plan;
+the lock released unless it had to stay; ``current`` and ``last-good`` naming releases that
+exist; no release lost. Then a plain deploy (after ``unlock LOCK_ID`` where the lock had to
+stay) must bring the node to B, gated. The node is real ``sh`` running servefleet's remote
+scripts over a throw-away folder (see :mod:`tests.adapters.fake_node`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+from fake_node import (
+    FAULT_KINDS,
+    FakeGateRollout,
+    FakeNodeTransport,
+    Fault,
+    FaultKind,
+)
+
+from servefleet.adapters import remote
+from servefleet.adapters.lock import force_unlock
+from servefleet.adapters.rollout import (
+    Abort,
+    NodeResult,
+    render_for,
+    restore_candidate,
+)
+from servefleet.adapters.ssh import SshTransport
+from servefleet.core.errors import LockHeld
+from servefleet.core.models import Deployment
+from servefleet.core.observed import ObservedDeployment
+from servefleet.core.plan import plan, recovery_notes
+from servefleet.core.project import Project, load_project
+from servefleet.core.render import RenderedRelease
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NODE = "rtx5090"
+PROFILE = "qwen36-q4-llamacpp"
+SECRETS = {"HF_TOKEN": "hf_recovery_test_secret"}
+
+UPDATE_STEPS = (
+    "observe the node",
+    "take the node lock",
+    "preflight",
+    "upload release B",
+    "pull the images",
+    "record the rollout phase",      # stop
+    "stop the old engine",
+    "record the rollout phase",      # up
+    "start the engine",
+    "record the rollout phase",      # boot
+    "follow the boot log",
+    "mark the engine gated",
+    "record the rollout phase",      # switch
+    "switch current to B",
+    "prune old releases",
+    "append the audit line",
+    "release the node lock",
+)
+"""The commands of a clean update from A to B, in order (asserted by the first test)."""
+
+RESTORE_STEPS = (
+    *UPDATE_STEPS[:UPDATE_STEPS.index("follow the boot log") + 1],
+    "stop the failed engine",
+    "record the rollout phase",      # restore
+    "list releases",
+    "record the rollout phase",      # up
+    "start the engine",
+    "record the rollout phase",      # boot
+    "follow the boot log",
+    "mark the engine gated",
+    "switch current to A",
+    "append to the audit log",
+    "release the node lock",
+)
+"""The commands of an update whose release B fails its gate and A is restored."""
+FIRST_RESTORE_STEP = RESTORE_STEPS.index("stop the failed engine")
+CASES = [("update", i, label) for i, label in enumerate(UPDATE_STEPS)] + \
+    [("restore", i, label) for i, label in enumerate(RESTORE_STEPS) if i >= FIRST_RESTORE_STEP]
+"""Every command of both paths (the restore path's own commands only)."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def ports() -> tuple[int, int]:
+    first = free_port()
+    second = free_port()
+    while second == first:
+        second = free_port()
+    return first, second
+
+
+def project_at(base: Path, port: int, ports: tuple[int, int]) -> Project:
+    """The repository's project with one deployment on ``rtx5090`` whose base directory is
+    ``base``; the port makes release A and release B differ."""
+    project = load_project(REPO_ROOT, "reference")
+    node = project.nodes[NODE].model_copy(update={"base_dir": str(base), "ports": list(ports)})
+    stack = project.stack.model_copy(update={"deployments": [
+        Deployment(node=NODE, name="main", profile=PROFILE, port=port)]})
+    return dataclasses.replace(project, nodes={**project.nodes, NODE: node}, stack=stack)
+
+
+def release_of(project: Project) -> RenderedRelease:
+    [rendered] = render_for(project, [NODE], SECRETS)
+    return rendered
+
+
+def deploy(project: Project, transport: FakeNodeTransport, *, failing: frozenset[str] = frozenset(),
+           unlock_id: str | None = None) -> NodeResult:
+    """One deploy of the stack's deployment through the fake node."""
+    abort = Abort()
+    transport.abort = abort
+    transport.labels.clear()
+    rollout = FakeGateRollout(project, transport.node, cast(SshTransport, transport),
+                              unlock_id=unlock_id,
+                              secrets=SECRETS, abort=abort)
+    rollout.failing = failing
+    rendered = release_of(project)
+    return rollout.deploy([rendered], {"main": project.stack.deployments[0]})
+
+
+@dataclasses.dataclass
+class Scene:
+    """A node serving release A (gated), and the project that renders release B."""
+
+    transport: FakeNodeTransport
+    a: Project
+    b: Project
+    release_a: str
+    release_b: str
+
+
+def own_folder(name: str) -> Iterator[Path]:
+    """A folder of this module's own: pytest's rotation of old ``basetemp`` folders, run by
+    another pytest session on the same machine, must not remove it mid-test."""
+    folder = Path(tempfile.mkdtemp(prefix=f"servefleet-{name}-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def served_a(ports: tuple[int, int]) -> Iterator[Path]:
+    """A node folder (base directory and Docker state) that serves release A, gated: made
+    once by a real deploy, copied for each test."""
+    for root in own_folder("served-a"):
+        a = project_at(root / "srv", ports[0], ports)
+        transport = FakeNodeTransport(a.nodes[NODE], root / "node", SECRETS)
+        first = deploy(a, transport)
+        assert first.status == "deployed", first.to_json()
+        yield root
+
+
+@pytest.fixture
+def node_dir() -> Iterator[Path]:
+    """This test's node folder."""
+    yield from own_folder("node")
+
+
+@pytest.fixture
+def scene(node_dir: Path, ports: tuple[int, int], served_a: Path) -> Scene:
+    tmp_path = node_dir
+    shutil.copytree(served_a, tmp_path, symlinks=True, dirs_exist_ok=True)
+    a = project_at(tmp_path / "srv", ports[0], ports)
+    b = project_at(tmp_path / "srv", ports[1], ports)
+    transport = FakeNodeTransport(a.nodes[NODE], tmp_path / "node", SECRETS)
+    release_a, release_b = release_of(a).release_id, release_of(b).release_id
+    assert release_a != release_b
+    assert dep_of_transport(transport).running_release == release_a
+    return Scene(transport, a, b, release_a, release_b)
+
+
+def dep_of_transport(transport: FakeNodeTransport) -> ObservedDeployment:
+    return transport.observed().deployments["main"]
+
+
+def dep_of(scene: Scene) -> ObservedDeployment:
+    observed = scene.transport.observed().deployments["main"]
+    return observed
+
+
+def audit_lines(scene: Scene) -> list[list[str]]:
+    path = Path(scene.a.nodes[NODE].base_dir) / "main" / remote.AUDIT_FILE
+    return [line.split("\t") for line in path.read_text().splitlines()]
+
+
+def test_a_clean_update_runs_these_commands_and_ends_gated(scene: Scene) -> None:
+    result = deploy(scene.b, scene.transport)
+    assert result.status == "deployed", result.to_json()
+    labels = [label.replace(scene.release_b, "B") for label in scene.transport.labels]
+    assert tuple(labels) == UPDATE_STEPS
+    dep = dep_of(scene)
+    assert dep.current_release == dep.last_good == dep.running_release == scene.release_b
+    assert dep.previous_release == scene.release_a
+    assert not dep.ungated
+    assert scene.transport.docker_state()["pulls_during_up"] == 0  # pulled before the stop
+    assert audit_lines(scene)[-1][5] == "ok"
+    assert scene.transport.observed().lock_owner is None
+    assert not plan(release_of(scene.b), dep).changes
+
+
+def test_a_failed_gate_runs_these_commands_to_restore(scene: Scene) -> None:
+    result = deploy(scene.b, scene.transport, failing=frozenset({scene.release_b}))
+    assert result.status == "rolled_back", result.to_json()
+    labels = [label.replace(scene.release_b, "B").replace(scene.release_a, "A")
+              for label in scene.transport.labels]
+    assert tuple(labels) == RESTORE_STEPS
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+@pytest.mark.parametrize(("path", "step", "label"), CASES,
+                         ids=[f"{p}-{i:02d}-{s.replace(' ', '-')}" for p, i, s in CASES])
+def test_every_step_every_failure_leaves_a_node_that_is_served_or_explained(
+        scene: Scene, path: str, step: int, label: str, kind: FaultKind) -> None:
+    transport = scene.transport
+    transport.fault = Fault(step, kind)
+    failing = frozenset({scene.release_b}) if path == "restore" else frozenset()
+    try:
+        result = deploy(scene.b, transport, failing=failing)
+        error: BaseException | None = None
+    except (Exception, KeyboardInterrupt) as raised:  # before the lock: nothing touched
+        result, error = None, raised
+    transport.fault = None
+    transport.lost = False
+    observed = transport.observed()
+    dep = observed.deployments["main"]
+    lock = observed.lock
+    status = result.status if result is not None else "error"
+    after_lock = step >= UPDATE_STEPS.index("take the node lock") + 1
+
+    # No release lost; current and last-good name releases on the node.
+    assert scene.release_a in dep.releases
+    assert dep.current_release in (scene.release_a, scene.release_b)
+    assert dep.last_good in (scene.release_a, scene.release_b)
+    assert dep.current_release in dep.releases and dep.last_good in dep.releases
+
+    # What serves: gated, or its being ungated is in the plan.
+    notes = recovery_notes(lock, dep, "main")
+    planned = plan(release_of(scene.b), dep)
+    warned = result is not None and any("gate mark" in w or "may serve ungated" in w
+                                        for d in result.deployments for w in d.warnings)
+    audit_step = label in ("append the audit line", "append to the audit log")
+    if dep.running and dep.ungated:
+        assert status in ("interrupted", "error") or kind in ("lost", "timeout") or warned, \
+            (status, result and result.to_json())
+        assert any("ungated" in reason for reason in (*planned.reasons, *notes))
+    if status == "deployed":
+        assert dep.current_release == dep.running_release == scene.release_b
+        # last-good moves with the gate mark (a failed mark is a warning).
+        assert dep.last_good == scene.release_b or warned
+    if status == "rolled_back":
+        assert dep.running_release == scene.release_a and (not dep.ungated or warned)
+        assert dep.current_release == scene.release_a
+        assert result is not None and result.deployments[0].restore is not None
+    if status == "failed":
+        # Failed before the old engine stopped: it still serves, gated.
+        assert dep.running_release == scene.release_a and not dep.ungated
+
+    # The lock: released, or left marked so that the plan names it.
+    if lock is not None:
+        assert notes and notes[0].startswith("repair: ")
+        if status == "interrupted":
+            assert lock.abandoned and lock.phase is not None
+            assert "gave up" in notes[0]
+        else:
+            assert kind in ("lost", "error", "timeout", "interrupt"), (status, lock)
+    elif status == "interrupted":
+        pytest.fail("an interrupted rollout must leave the lock, marked abandoned")
+
+    # The audit log has the attempt's line whenever the node could still be written.
+    if after_lock and kind != "lost" and status not in ("deployed", "error") and not (
+            audit_step and kind in ("error", "interrupt")):
+        last = audit_lines(scene)[-1]
+        assert last[4] == scene.release_b and last[5] == status, last
+
+    # The next deploy repairs: after `unlock LOCK_ID` if the lock had to stay.
+    try:
+        again = deploy(scene.b, transport)
+    except LockHeld as held:
+        assert lock is not None and lock.lock_id is not None
+        assert lock.lock_id in str(held) and "servefleet unlock" in str(held)
+        assert force_unlock(cast(SshTransport, transport), lock.lock_id) == "removed"
+        again = deploy(scene.b, transport)
+    assert again.status in ("deployed", "unchanged"), again.to_json()
+    final = transport.observed()
+    if final.lock is not None:
+        # The node already ran B, gated: nothing to deploy, and a lock left by a rollout
+        # that lost the node after its switch. The deploy names it; its id removes it.
+        assert again.status == "unchanged"
+        [warning] = again.deployments[0].warnings
+        assert final.lock.lock_id is not None and final.lock.lock_id in warning
+        assert force_unlock(cast(SshTransport, transport), final.lock.lock_id) == "removed"
+        final = transport.observed()
+    done = final.deployments["main"]
+    assert final.lock_owner is None
+    assert done.current_release == done.last_good == done.running_release == scene.release_b
+    assert not done.ungated
+    assert scene.release_a in done.releases
+    assert error is None or after_lock is False or kind in ("lost", "interrupt", "error",
+                                                           "timeout")
+
+
+def test_a_failed_repair_restores_the_last_release_that_passed_its_gate(scene: Scene) -> None:
+    assert deploy(scene.b, scene.transport).status == "deployed"
+    edited = Path(scene.b.nodes[NODE].base_dir) / "main" / "releases" / scene.release_b
+    compose = edited / "compose.yaml"
+    compose.write_text(compose.read_text() + "# tuned by hand\n")
+    result = deploy(scene.b, scene.transport, failing=frozenset({scene.release_b}))
+    [dep_result] = result.deployments
+    assert dep_result.plan is not None and dep_result.plan.repair
+    assert dep_result.status == "rolled_back", dep_result.to_json()
+    assert dep_result.restore is not None and dep_result.restore.release_id == scene.release_a
+    dep = dep_of(scene)
+    assert dep.running_release == dep.current_release == dep.last_good == scene.release_a
+    assert not dep.ungated
+    assert any(".edited-" in r for r in dep.releases)  # the hand-edited copy is kept aside
+    assert audit_lines(scene)[-1][5] == "rolled_back"
+
+
+def test_a_failed_gate_restores_and_gates_the_old_engine(scene: Scene) -> None:
+    result = deploy(scene.b, scene.transport, failing=frozenset({scene.release_b}))
+    [dep_result] = result.deployments
+    assert dep_result.status == "rolled_back"
+    assert dep_result.failure is not None and dep_result.failure.phase == "health"
+    dep = dep_of(scene)
+    assert dep.running_release == dep.current_release == scene.release_a
+    assert not dep.ungated
+    assert scene.transport.docker_state()["pulls_during_up"] == 0  # the restore never pulls
+
+
+def test_a_prune_failure_after_the_switch_is_a_warning(scene: Scene) -> None:
+    scene.transport.fault = Fault(UPDATE_STEPS.index("prune old releases"), "error")
+    result = deploy(scene.b, scene.transport)
+    [dep_result] = result.deployments
+    assert dep_result.status == "deployed"
+    assert dep_result.warnings and "prune old releases failed" in dep_result.warnings[0]
+    dep = dep_of(scene)
+    assert dep.running_release == dep.current_release == scene.release_b and not dep.ungated
+
+
+def test_second_signal_during_the_boot_gate_is_planned_as_a_repair(scene: Scene) -> None:
+    scene.transport.fault = Fault(UPDATE_STEPS.index("follow the boot log"), "sigterm-twice")
+    result = deploy(scene.b, scene.transport)
+    assert result.status == "interrupted"
+    lock = scene.transport.observed().lock
+    assert lock is not None and lock.phase == "boot" and lock.release == scene.release_b
+    dep = dep_of(scene)
+    [note] = recovery_notes(lock, dep, "main")
+    assert note.startswith(f"repair: gave up during the boot gate at {lock.phase_at}")
+    assert f"engine {scene.release_b} ungated" in note
+    assert audit_lines(scene)[-1][5] == "interrupted"
+
+
+def test_restore_candidate_never_picks_the_failed_release() -> None:
+    dep = ObservedDeployment(name="main", current_release="b", last_good="b",
+                             previous_release="a", releases=("a", "b"))
+    assert restore_candidate(dep, "b") == "a"
+    assert restore_candidate(dep, "c") == "b"
+    gone = dep.model_copy(update={"releases": ("b",)})
+    assert restore_candidate(gone, "b") is None
+    assert restore_candidate(None, "b") is None
