@@ -132,9 +132,9 @@ def sim_fleet(sim_requirements: None, sim_standin_dir: Path) -> Iterator[FleetHa
         testbed.release(handle)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def real_engines(sim_fleet: FleetHandle) -> Iterator[FleetHandle]:
-    """The fleet with the real engines (CPU builds) on every node for this test; a machine
+    """The fleet with the real engines (CPU builds) on every node for this module; a machine
     where they cannot be built or installed fails (CI) / skips here."""
     from servefleet.core.errors import SimError
     from servefleet.sim.engines.ensure import ENGINE_NAMES, ensure_engines

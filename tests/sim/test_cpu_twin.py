@@ -21,11 +21,12 @@ FP8 = ["Qwen/Qwen3.6-35B-A3B-FP8", "--served-model-name", "qwen36", "--port", "8
 def test_vllm_gpu_flags_become_cpu_flags() -> None:
     args, notes = cpu_twin.rewrite("vllm", FP8, TWIN)
     assert args == [TWIN, "--served-model-name", "qwen36", "--port", "8000",
-                    "--enable-prefix-caching", "--speculative-config",
+                    "--kv-cache-dtype", "fp8_e4m3", "--enable-prefix-caching",
+                    "--speculative-config",
                     '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":4,'
                     '"prompt_lookup_min":2}', "--enforce-eager"]
-    # the model, three dropped flags, the speculative method, eager mode
-    assert len(notes) == 6
+    # the model, two dropped flags, the speculative method, eager mode
+    assert len(notes) == 5
     assert any(n.startswith("--attention-backend FLASHINFER dropped: ") for n in notes)
     assert any("qwen3_next_mtp" in n and "ngram" in n for n in notes)
 
@@ -38,11 +39,11 @@ def test_served_name_defaults_to_the_profiles_model_id() -> None:
 
 def test_inline_values_and_kept_values() -> None:
     args, notes = cpu_twin.rewrite("vllm", ["m", "--served-model-name", "x",
-                                            "--kv-cache-dtype=auto", "--quantization=fp8"],
-                                   TWIN)
-    assert args == [TWIN, "--served-model-name", "x", "--kv-cache-dtype=auto",
-                    "--enforce-eager"]
-    assert [n.split(" ")[0] for n in notes] == ["model", "--quantization", "--enforce-eager"]
+                                            "--hf-overrides", '{"text_config": {}}',
+                                            "--quantization=fp8"], TWIN)
+    assert args == [TWIN, "--served-model-name", "x", "--enforce-eager"]
+    assert [n.split(" ")[0] for n in notes] == ["model", "--hf-overrides", "--quantization",
+                                                "--enforce-eager"]
 
 
 def test_compilation_settings_in_every_spelling_give_way_to_eager() -> None:

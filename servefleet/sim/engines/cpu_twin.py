@@ -47,9 +47,11 @@ VLLM_REWRITES: tuple[Rewrite, ...] = (
     Rewrite(("--attention-backend",), "drop",
             "the CPU build has one attention backend (CPU_ATTN); GPU backends such as "
             "FLASHINFER do not exist there"),
-    Rewrite(("--kv-cache-dtype",), "drop",
-            "FP8 KV cache is a GPU kernel feature; the CPU build keeps KV in the model dtype",
-            keep=("auto",)),
+    Rewrite(("--hf-overrides",), "drop",
+            "the overrides address the Qwen3.6 checkpoint's config (its text_config), which "
+            "the tiny Qwen3-MoE twin has not (vLLM refuses them there); the twin keeps its "
+            "native RoPE window, and a longer max_model_len needs "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN, as the YaRN profiles set"),
     Rewrite(("--quantization", "-q"), "drop",
             "the tiny twin is an unquantized checkpoint (FP8/NVFP4 kernels are GPU-only)"),
     Rewrite(("--gpu-memory-utilization",), "drop",
@@ -87,7 +89,6 @@ UNSHOWN = {
     "vllm": {
         "cudagraph_mode": "no CUDA graphs on a CPU",
         "attention_backend": "one CPU attention backend, whatever the profile selects",
-        "kv_cache_dtype": "FP8 KV caches are dropped (see --kv-cache-dtype above)",
         "kv_smaller_than": "n-gram drafting keeps no draft state in the KV pool, so the "
                            "pool does not shrink as it does with MTP on a GB10",
     },
