@@ -59,7 +59,8 @@ def test_json_has_every_row_and_evidence() -> None:
     assert failed["failure_class"] == "kv_cache_oom"
     assert len(failed["checks"][1]["evidence"]) == 11
     assert unreachable == {"node": "sim-5090", "deployment": "main", "ok": False,
-                           "state": "unhealthy", "boot_phase": None, "profile": None, "release_id": None, "url": None,
+                           "state": "unhealthy", "boot_phase": None, "profile": None,
+                           "release_id": None, "url": None,
                            "failure_class": None, "facts": {}, "error": "sim-5090: unreachable",
                            "checks": []}
 
