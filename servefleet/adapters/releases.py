@@ -80,7 +80,7 @@ def upload(transport: SshTransport, rendered: RenderedRelease,
 def list_releases(transport: SshTransport, deployment: str) -> list[ReleaseInfo]:
     """The deployment's releases on the node, newest first."""
     result = transport.run(remote.list_releases(transport.node.base_dir, deployment),
-                           what="list releases")
+                           idempotent=True, what="list releases")
     return parse_releases(result.text())
 
 

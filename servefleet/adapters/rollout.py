@@ -472,8 +472,9 @@ class NodeRollout:
 
     def observe(self, deployments: Sequence[str]) -> ObservedNode:
         """One read-only command: the lock and the deployments' facts."""
+        # Read-only: retried once after a dropped connection.
         result = self.transport.run(remote.observe(self.node.base_dir, deployments),
-                                    what="observe the node")
+                                    idempotent=True, what="observe the node")
         return self._parse_observation(result.text())
 
     def _parse_observation(self, text: str) -> ObservedNode:
@@ -708,7 +709,8 @@ class NodeRollout:
     def preflight(self, target: Target, observed: ObservedDeployment | None) -> PreflightFacts:
         """Docker, compose, disk, port; raise :class:`StepFailed` naming what is missing."""
         facts = parse_preflight(self.transport.run(
-            remote.preflight(self.node.base_dir, target.port), what="preflight").text())
+            remote.preflight(self.node.base_dir, target.port), idempotent=True,
+            what="preflight").text())
         problems = []
         if facts.docker_version is None:
             problems.append(f"docker is not usable ({facts.docker_error or 'not found'})")

@@ -323,8 +323,10 @@ def collect_node(node: Node, queries: Sequence[DeploymentQuery],
     stdin = collector_input(request, probe=options.probe)
     try:
         with transport_factory(node, connect_attempts=options.connect_attempts) as ssh:
+            # Read-only: retried once after a dropped connection.
             result = ssh.run(collector_command(options.python), stdin=stdin,
-                             timeout=options.timeout, check=False, what="drift read")
+                             timeout=options.timeout, check=False, idempotent=True,
+                             what="drift read")
     except ServefleetError as error:
         return NodeObservation(node=node.name, unreachable=str(error))
     except (OSError, EOFError) as error:
