@@ -36,7 +36,7 @@ from rich.text import Text
 from servefleet.adapters import rollout
 from servefleet.adapters.rollout import DeploymentResult, NodeResult, ProgressEvent
 from servefleet.cli.main import CliContext
-from servefleet.core.errors import ConfigError
+from servefleet.core.errors import ConfigError, ServefleetError
 from servefleet.core.plan import PlanItem
 from servefleet.core.project import Project, load_project
 from servefleet.core.rules import Severity
@@ -86,7 +86,22 @@ def _missing_error(missing: list[str]) -> ConfigError:
 
 
 # -- plan ------------------------------------------------------------------------------------
-def _print_plan(console: Console, items: Iterable[PlanItem], errors: Iterable[NodeResult]) -> None:
+def _preview(project: Project, item: PlanItem) -> str | None:
+    """The engine-terms line of a changed deployment (see core.kvplan.preview)."""
+    if item.action == "unchanged" or item.profile not in project.profiles:
+        return None
+    from servefleet.core.kvplan.preview import engine_preview
+
+    old = project.profiles.get(item.previous_profile or "")
+    try:
+        return engine_preview(project.root / "profiles", old, project.profiles[item.profile],
+                              project.nodes[item.node])
+    except ServefleetError as error:  # a pinned config that cannot be read: say so, go on
+        return f"KV pool not predicted: {error}"
+
+
+def _print_plan(console: Console, project: Project, items: Iterable[PlanItem],
+                errors: Iterable[NodeResult]) -> None:
     for item in items:
         lines = item.summary_lines()
         style = "dim" if item.action == "unchanged" else \
@@ -94,6 +109,9 @@ def _print_plan(console: Console, items: Iterable[PlanItem], errors: Iterable[No
         console.print(Text(lines[0], style=style))
         for line in lines[1:]:
             console.print(Text(line))
+        preview = _preview(project, item)
+        if preview is not None:
+            console.print(Text(f"    {preview}", style="cyan"))
     for error in errors:
         console.print(Text(f"{error.node}: {error.error}", style="red"))
 
@@ -111,12 +129,13 @@ def plan_command(obj: CliContext, nodes: tuple[str, ...], as_json: bool) -> None
         show_findings(_console(), project)
     items, errors = rollout.plan_fleet(project, nodes or None, secrets)
     if as_json:
-        click.echo(json.dumps({"plan": [i.to_json() for i in items],
+        click.echo(json.dumps({"plan": [{**i.to_json(), "preview": _preview(project, i)}
+                                        for i in items],
                                "errors": [e.to_json() for e in errors],
                                "missing_secrets": missing}, indent=2))
     else:
         console = _console()
-        _print_plan(console, items, errors)
+        _print_plan(console, project, items, errors)
         if missing:
             console.print(Text(f"note: {', '.join(missing)} not set in the environment: "
                                "release ids are computed without them and may show changes "
@@ -244,7 +263,7 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
         if as_json or not sys.stdin.isatty():
             raise click.UsageError("not a terminal: pass --yes to deploy without confirming")
         items, errors = rollout.plan_fleet(project, nodes or None, secrets)
-        _print_plan(console, items, errors)
+        _print_plan(console, project, items, errors)
         if not any(i.changes for i in items) and not errors:
             console.print("nothing to deploy: every node runs its release")
             return
