@@ -9,12 +9,15 @@ OpenSSH client with strict host-key checking.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from servefleet.core.errors import SimError
 from servefleet.sim import fleet, inventory, state
@@ -97,13 +100,35 @@ class FleetHandle:
 
     def run_standin(self, name: str, engines: Iterable[str] = ("vllm", "llama.cpp")) -> None:
         """From the next engine start on, node ``name`` runs ``engines`` as the stand-in
-        (none: every engine that has a real build runs for real)."""
-        marker = self.node_files(name).control_dir / cpu_twin.STANDIN_FILE
+        (none: every engine that has a real build runs for real).
+
+        The node's inventory follows (``sim.engines`` lists only the engines that run for
+        real), so the health gate and drift expect what will run: a stand-in engine
+        reports the profile's version and the GPU's boot facts."""
+        control = self.node_files(name).control_dir
+        marker = control / cpu_twin.STANDIN_FILE
         wanted = sorted(set(engines))
         if wanted:
             marker.write_text("\n".join(wanted) + "\n")
         else:
             marker.unlink(missing_ok=True)
+        path = inventory.node_file(self.project_dir, name)
+        if not path.is_file():
+            return
+        text = path.read_text()
+        document = yaml.safe_load(text)
+        sim = document.get("sim") or {}
+        # What `sim up` wrote is kept aside, to be put back when the real engines return.
+        kept = control / "real-engines.json"
+        listed = sim.get("engines") or {}
+        real = json.loads(kept.read_text()) if kept.exists() else {}
+        if set(listed) >= set(real):
+            real = listed
+            kept.write_text(json.dumps(real))
+        sim["engines"] = {engine: doc for engine, doc in real.items() if engine not in wanted}
+        document["sim"] = sim
+        header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+        path.write_text(header + yaml.safe_dump(document, sort_keys=False, width=200))
 
     def ssh_argv(self, name: str, command: str) -> list[str]:
         """The real ``ssh`` client's argv for ``command`` on node ``name``."""
