@@ -105,9 +105,14 @@ class FleetHandle:
         The node's inventory follows (``sim.engines`` lists only the engines that run for
         real), so the health gate and drift expect what will run: a stand-in engine
         reports the profile's version and the GPU's boot facts."""
-        control = self.node_files(name).control_dir
+        files = self.node_files(name)
+        control = files.control_dir
         marker = control / cpu_twin.STANDIN_FILE
         wanted = sorted(set(engines))
+        before = marker.read_text().split() if marker.exists() else []
+        if before != wanted:
+            # The node's KV baselines were measured on the other engine: they do not hold.
+            (files.base_dir / ".servefleet-baselines.json").unlink(missing_ok=True)
         if wanted:
             marker.write_text("\n".join(wanted) + "\n")
         else:

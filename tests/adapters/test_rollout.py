@@ -312,19 +312,22 @@ def test_turboquant_without_its_overlay_fails_the_gate_and_the_old_release_serve
     assert "\trolled_back\t" in audit and "turboquant_continuation_prefill_assertion" in audit
 
 
-def test_connection_cut_mid_upload_never_leaves_a_half_release(base: Project,
-                                                               fleet: FleetHandle,
-                                                               tmp_path: Path) -> None:
+def test_connection_cut_mid_upload_never_leaves_a_half_release(
+        base: Project, fleet: FleetHandle, request: pytest.FixtureRequest) -> None:
     ensure(base)
     node = base.nodes["sim-spark-2"]
     old = current_of(node)
     # A release big enough that its upload takes a while: 8 node-local override files of
     # about 1 MiB (comments), all part of the release.
+    # Inside the project (render takes no file from outside it); removed at the end.
     overrides = []
+    padding = base.root / "nodes" / "sim" / "padding"
+    padding.mkdir(exist_ok=True)
+    request.addfinalizer(lambda: shutil.rmtree(padding, ignore_errors=True))
     for index in range(8):
-        path = tmp_path / f"padding-{index}.yaml"
+        path = padding / f"padding-{index}.yaml"
         path.write_text("services: {}\n" + ("# padding\n" * 100_000))
-        overrides.append(str(path))
+        overrides.append(str(path.relative_to(base.root)))
     big_node = node.model_copy(update={"compose_overrides": [*node.compose_overrides,
                                                              *overrides]})
     big = dataclasses.replace(placed(base, {"sim-spark-2": "qwen36-fp8-mtp"}),

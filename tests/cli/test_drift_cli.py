@@ -144,8 +144,10 @@ BASE_PROFILE = "qwen36-nvfp4-tq"
 # The KV floor is not what these tests are about. Without its overlay the profile must not
 # use TurboQuant KV: vLLM 0.21 then dies on a long prompt, and the rollout's gate refuses it.
 TEST_PROFILES = {
-    "drift-overlay": {"extends": BASE_PROFILE, "health": {"min_kv_cache_tokens": 100000}},
-    "drift-plain": {"extends": BASE_PROFILE, "patches": [], "vllm": {"kv_cache_dtype": "fp8"},
+    "drift-overlay": {"extends": BASE_PROFILE, "vllm": {"gpu_memory_utilization": 0.45},
+                      "health": {"min_kv_cache_tokens": 100000}},
+    "drift-plain": {"extends": BASE_PROFILE, "patches": [],
+                    "vllm": {"kv_cache_dtype": "fp8", "gpu_memory_utilization": 0.45},
                     "health": {"min_kv_cache_tokens": 100000}},
 }
 
@@ -259,13 +261,15 @@ def fleet(sim_fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory,
         pytest.fail("the stand-in engine image is not built yet (servefleet/sim/standin has "
                     "no Dockerfile.vllm): drift checks need its boot log and /version")
     specs = sorted(sim_fleet.nodes.values(), key=lambda s: s.index)
-    target = next((s for s in specs if s.docker and not s.gpu.unified_memory
-                   and s.arch == "x86_64"), None)
-    assert target is not None, "the simulated fleet has an RTX 5090 node"
+    # Two engines of one 22 GiB model share the node: a GB10's 128 GB holds both (0.45 each),
+    # where the validation rules rightly refuse 2 x 0.95 of a 5090.
+    target = next((s for s in specs if s.docker and s.gpu.unified_memory), None)
+    assert target is not None, "the simulated fleet has a GB10 node"
     spare = next(s for s in specs if s.name != target.name)
     root = tmp_path_factory.mktemp("drift-project")
-    (root / "nodes").symlink_to(sim_fleet.project_dir / "nodes")
-    (root / "templates").symlink_to(REPO_ROOT / "templates")
+    # Copies, not links: render refuses files reached through a symbolic link.
+    shutil.copytree(sim_fleet.project_dir / "nodes", root / "nodes")
+    shutil.copytree(REPO_ROOT / "templates", root / "templates")
     shutil.copytree(REPO_ROOT / "profiles", root / "profiles")
     for name, profile in TEST_PROFILES.items():
         (root / "profiles" / f"{name}.yaml").write_text(yaml.safe_dump(profile))
@@ -279,8 +283,8 @@ def fleet(sim_fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory,
 
     def wipe() -> None:
         for deployment in (OVERLAY, PLAIN):
-            sim_fleet.ssh(target.name, f"ids=$(docker ps -aq --filter label=com.docker."
-                                       f"compose.project={deployment}); [ -z \"$ids\" ] || "
+            sim_fleet.ssh(target.name, f"ids=$(docker ps -aq --filter label=io.servefleet."
+                                       f"deployment={deployment}); [ -z \"$ids\" ] || "
                                        "docker rm -f $ids >/dev/null", check=False)
             shutil.rmtree(Path(project.nodes[target.name].base_dir) / deployment,
                           ignore_errors=True)

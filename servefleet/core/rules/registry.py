@@ -66,9 +66,15 @@ def placements(project: Project) -> list[Placement]:
     """The stack's deployments with their resolved profiles and ports."""
     return [
         Placement(deployment=dep, profile=project.profiles[dep.profile],
-                  profile_file=project.profile_files[dep.profile], port=project.port_of(dep))
+                  profile_file=_file_of(project, dep.profile), port=project.port_of(dep))
         for dep in project.stack.deployments
     ]
+
+
+def _file_of(project: Project, profile: str) -> str:
+    """The file a profile was read from; a profile made in memory (a program or a test adds
+    it to the project) is named as the file it would have."""
+    return project.profile_files.get(profile, f"profiles/{profile}.yaml")
 
 
 def validate(project: Project, rules: tuple[Rule, ...] = ALL_RULES, *,
@@ -81,7 +87,7 @@ def validate(project: Project, rules: tuple[Rule, ...] = ALL_RULES, *,
     by_scope = {scope: [r for r in rules if r.scope is scope] for scope in Scope}
     for name in sorted(project.profiles):
         context = ProfileContext(profile=project.profiles[name],
-                                 file=project.profile_files[name])
+                                 file=_file_of(project, name))
         for rule in by_scope[Scope.PROFILE]:
             findings.extend(rule.run(context))
     placed = placements(project)
