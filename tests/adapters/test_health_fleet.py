@@ -70,8 +70,8 @@ def base(fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """The sim project plus two test profiles, every node wiped of this module's deployment
     and of KV baselines; at the end the module's engines are stopped."""
     project = load_project(fleet.project_dir, "sim")
-    folder = tmp_path_factory.mktemp("health-fleet")
-    override = folder / "no-ulimits.yaml"
+    # Inside the project: render takes no override from outside it.
+    override = fleet.project_dir / "nodes" / "sim" / "health-fleet-no-ulimits.yaml"
     override.write_text(NO_ULIMITS)
     nodes = {}
     for name, node in project.nodes.items():
@@ -81,13 +81,15 @@ def base(fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             (Path(node.base_dir) / BASELINE_FILE).unlink(missing_ok=True)
             fault_file(node).unlink(missing_ok=True)
         nodes[name] = node.model_copy(update={
-            "compose_overrides": [*node.compose_overrides, str(override)]})
+            "compose_overrides": [*node.compose_overrides,
+                                  str(override.relative_to(fleet.project_dir))]})
     fp8, tq = project.profiles["qwen36-fp8"], project.profiles["qwen36-nvfp4-tq"]
     short = _profile(fp8, "hc-short-deadline", health={
         **fp8.health.model_dump(), "boot_deadline_seconds": SHORT_DEADLINE})
     unpatched = _profile(tq, "hc-tq-without-overlay", patches=[])
     profiles = {**project.profiles, short.name: short, unpatched.name: unpatched}
     yield dataclasses.replace(project, nodes=nodes, profiles=profiles)
+    override.unlink(missing_ok=True)
     for name in fleet.nodes:
         fault_file(project.nodes[name]).unlink(missing_ok=True)
         stop_engine(fleet, name)
