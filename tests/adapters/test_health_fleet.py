@@ -26,14 +26,17 @@ from click.testing import Result
 
 from servefleet.adapters import remote
 from servefleet.adapters.node_health import HealthOptions, check_fleet, gate_checks
+from servefleet.adapters.releases import upload
 from servefleet.adapters.rollout import NodeResult, deploy
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.baselines import BASELINE_FILE, BaselineBook, parse_book
 from servefleet.core.bootlog import parse_text
+from servefleet.core.errors import ValidationFailed
 from servefleet.core.health_table import DeploymentHealth
 from servefleet.core.models import Deployment, Node, Profile
 from servefleet.core.observed import parse_observation
 from servefleet.core.project import Project, load_project
+from servefleet.core.render.release import manifest_for, render_deployments
 from servefleet.sim.testbed import FleetHandle
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
@@ -450,15 +453,18 @@ def test_boot_deadline_slow_boot_and_hang(base: Project) -> None:
 def test_turboquant_without_the_overlay_dies_on_a_long_prompt(base: Project) -> None:
     node = "sim-5090"
     stack = placed(base, {node: "hc-tq-without-overlay"})
-    # The rollout's gate refuses it (tests/adapters/test_rollout.py covers the restore)…
-    [refused] = deploy(stack, secrets=SECRETS)
-    [dep] = refused.deployments
-    assert dep.failure is not None, refused.to_json()
-    assert dep.failure.failure_class == "turboquant_continuation_prefill_assertion"
-    # …so started by hand, as an operator bypassing servefleet would, and then checked.
+    # The validation rules refuse it before any node is touched (test_rollout.py)…
+    with pytest.raises(ValidationFailed):
+        deploy(stack, secrets=SECRETS)
+    # …so it is put on the node and started by hand, as an operator bypassing servefleet
+    # would, and then checked.
+    [deployment] = stack.stack.deployments
+    [rendered] = render_deployments(stack, [deployment], SECRETS)
     target = stack.nodes[node]
     with SshTransport(target) as transport:
-        transport.run(remote.switch_current(target.base_dir, DEP, str(dep.release_id)))
+        upload(transport, rendered, manifest_for(rendered, deployment, created_at="now",
+                                                 created_by="test"))
+        transport.run(remote.switch_current(target.base_dir, DEP, rendered.release_id))
     restart(stack, node)
     result = health(stack)[node]
     assert not result.ok

@@ -192,7 +192,7 @@ class Fleet:
         release = self.release_dir(deployment)
         files = [release / "compose.yaml", *sorted(release.glob("compose.override.*.yaml")),
                  *extra]
-        self.ssh(f"docker compose -p {deployment} --project-directory "
+        self.ssh(f"docker compose -p servefleet-{deployment} --project-directory "
                  f"{shlex.quote(str(release))} "
                  + " ".join(f"-f {shlex.quote(str(f))}" for f in files)
                  + " up -d --force-recreate --no-build")
