@@ -74,7 +74,8 @@ def base(fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     and of KV baselines; at the end the module's engines are stopped."""
     project = load_project(fleet.project_dir, "sim")
     # Inside the project: render takes no override from outside it.
-    override = fleet.project_dir / "nodes" / "sim" / "health-fleet-no-ulimits.yaml"
+    # (.j2: files ending .yaml in nodes/ are node inventories; a template renders as is.)
+    override = fleet.project_dir / "nodes" / "sim" / "health-fleet-no-ulimits.override.yaml.j2"
     override.write_text(NO_ULIMITS)
     nodes = {}
     for name, node in project.nodes.items():
@@ -86,11 +87,10 @@ def base(fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         nodes[name] = node.model_copy(update={
             "compose_overrides": [*node.compose_overrides,
                                   str(override.relative_to(fleet.project_dir))]})
-    fp8, tq = project.profiles["qwen36-fp8"], project.profiles["qwen36-nvfp4-tq"]
+    fp8 = project.profiles["qwen36-fp8"]
     short = _profile(fp8, "hc-short-deadline", health={
         **fp8.health.model_dump(), "boot_deadline_seconds": SHORT_DEADLINE})
-    unpatched = _profile(tq, "hc-tq-without-overlay", patches=[])
-    profiles = {**project.profiles, short.name: short, unpatched.name: unpatched}
+    profiles = {**project.profiles, short.name: short}
     yield dataclasses.replace(project, nodes=nodes, profiles=profiles)
     override.unlink(missing_ok=True)
     for name in fleet.nodes:
@@ -452,7 +452,12 @@ def test_boot_deadline_slow_boot_and_hang(base: Project) -> None:
 
 def test_turboquant_without_the_overlay_dies_on_a_long_prompt(base: Project) -> None:
     node = "sim-5090"
-    stack = placed(base, {node: "hc-tq-without-overlay"})
+    # Only this test's project has the profile: validation refuses a project that holds it.
+    unpatched = _profile(base.profiles["qwen36-nvfp4-tq"], "hc-tq-without-overlay",
+                         patches=[])
+    with_unpatched = dataclasses.replace(
+        base, profiles={**base.profiles, unpatched.name: unpatched})
+    stack = placed(with_unpatched, {node: unpatched.name})
     # The validation rules refuse it before any node is touched (test_rollout.py)…
     with pytest.raises(ValidationFailed):
         deploy(stack, secrets=SECRETS)

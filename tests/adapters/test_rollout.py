@@ -312,7 +312,7 @@ def test_connection_cut_mid_upload_never_leaves_a_half_release(
     padding.mkdir(exist_ok=True)
     request.addfinalizer(lambda: shutil.rmtree(padding, ignore_errors=True))
     for index in range(8):
-        path = padding / f"padding-{index}.yaml"
+        path = padding / f"padding-{index}.yaml.j2"  # .yaml in nodes/ is an inventory
         path.write_text("services: {}\n" + ("# padding\n" * 100_000))
         overrides.append(str(path.relative_to(base.root)))
     big_node = node.model_copy(update={"compose_overrides": [*node.compose_overrides,
