@@ -58,21 +58,8 @@ def placed(project: Project, profiles: dict[str, str],
     deployments = [Deployment(node=node, name=DEP, profile=profile, port=PORT)
                    for node, profile in profiles.items()]
     stack = project.stack.model_copy(update={"deployments": deployments})
-    extra = extra or {}
-    # Rules name the file of every profile: an added one is told by its base's file.
-    files = {name: project.profile_files[profile.extends or _base_of(name)]
-             for name, profile in extra.items()}
     return dataclasses.replace(project, stack=stack,
-                               profiles={**project.profiles, **extra},
-                               profile_files={**project.profile_files, **files})
-
-
-BASES: dict[str, str] = {}
-"""Added profile → the shipped profile it was made from."""
-
-
-def _base_of(name: str) -> str:
-    return BASES[name]
+                               profiles={**project.profiles, **(extra or {})})
 
 
 def derived(project: Project, base: str, name: str, **changes: Any) -> Profile:
@@ -84,7 +71,6 @@ def derived(project: Project, base: str, name: str, **changes: Any) -> Profile:
         else:
             data[key] = value
     data["name"] = name
-    BASES[name] = base
     return Profile.model_validate(data)
 
 
