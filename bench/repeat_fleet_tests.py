@@ -1,7 +1,7 @@
 """Run the fleet tests N times in a row on one machine and count the failures per test:
 the evidence that the suite passes every time, not just once.
 
-    sudo .venv/bin/python bench/repeat_fleet_tests.py --runs 10 [-- PYTEST ARGS…]
+    sudo .venv/bin/python bench/repeat_fleet_tests.py --runs 10 [--log-dir DIR] [-- PYTEST ARGS…]
 
 Each run is ``pytest -m fleet`` (real sshd, dockerd, Compose, the engines) with ``CI=true``,
 so a component that cannot start fails instead of skipping. Prints one line per run and a
@@ -27,6 +27,8 @@ FAILED_RE = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--log-dir", type=Path, default=None,
+                        help="keep each run's whole pytest output here as run-N.log")
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
     args = parser.parse_args(argv)
     failures: collections.Counter[str] = collections.Counter()
@@ -38,6 +40,9 @@ def main(argv: list[str]) -> int:
                                "-p", "no:cacheprovider", *args.pytest_args],
                               cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                               check=False)
+        if args.log_dir is not None:
+            args.log_dir.mkdir(parents=True, exist_ok=True)
+            (args.log_dir / f"run-{run}.log").write_text(proc.stdout + proc.stderr)
         names = FAILED_RE.findall(proc.stdout)
         failures.update(names)
         failed_runs += proc.returncode != 0
