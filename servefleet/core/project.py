@@ -19,6 +19,10 @@ from pydantic import ValidationError
 from servefleet.core.errors import ConfigError
 from servefleet.core.models import Deployment, Node, Profile, StackConfig
 from servefleet.core.models.common import NAME_RE
+from servefleet.core.multinode_config import (
+    check_multinode_references,
+    multinode_from_config,
+)
 from servefleet.core.pydantic_errors import describe
 from servefleet.core.yamlfile import read_yaml
 
@@ -332,9 +336,11 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
         # Nothing else is checked: later messages could quote the credential back.
         return None, rel, leaks
     deployments, problems = _deployments_from_config(config, rel)
+    multi_node, multi_problems = multinode_from_config(config, rel)
+    problems += multi_problems
     secret_names = [env for key, env in SECRET_KEYS.items() if f"{CONFIG_NS}{key}" in config]
     # forceUnlock (node -> lock id) is read by the Pulumi program, not by the CLI.
-    known = [*_STACK_KEYS.values(), "profiles", "forceUnlock", *SECRET_KEYS]
+    known = [*_STACK_KEYS.values(), "profiles", "multiNode", "forceUnlock", *SECRET_KEYS]
     for key in config:
         if not isinstance(key, str) or not key.startswith(CONFIG_NS):
             continue  # other providers' settings (aws:region…) are Pulumi's business
@@ -352,6 +358,7 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
     values: dict[str, Any] = {
         "stack": stack,
         "deployments": deployments,
+        "multi_node": multi_node,
         "secret_names": secret_names,
     }
     if f"{CONFIG_NS}strategy" in config:
@@ -398,6 +405,8 @@ def load_project(root: Path, stack: str) -> Project:
     problems += stack_problems
     if stack_config is not None:
         problems += _check_references(nodes, profiles, stack_config, stack_file)
+        problems += check_multinode_references(nodes, profiles, stack_config.multi_node,
+                                               stack_file)
     if problems or stack_config is None:
         raise ConfigError(problems)
     return Project(root=root, nodes=nodes, node_files=node_files, profiles=profiles,

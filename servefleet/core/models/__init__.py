@@ -1,6 +1,7 @@
 """Typed models of what the operator decides: nodes, serving profiles and stacks."""
 
-from servefleet.core.models.inventory import Gpu, Node, SshSettings
+from servefleet.core.models.inventory import FastLink, Gpu, Node, SshSettings
+from servefleet.core.models.multinode import MultiNodeDeployment
 from servefleet.core.models.profile import (
     HealthExpectations,
     ImageRef,
@@ -15,11 +16,13 @@ from servefleet.core.models.stack import Deployment, StackConfig
 
 __all__ = [
     "Deployment",
+    "FastLink",
     "Gpu",
     "HealthExpectations",
     "ImageRef",
     "LlamaCppSettings",
     "ModelSpec",
+    "MultiNodeDeployment",
     "Node",
     "PatchOverlay",
     "Profile",

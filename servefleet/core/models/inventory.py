@@ -122,6 +122,31 @@ class SimSettings(StrictModel):
     """Engines that run for real (a CPU build) on this node; others run as the stand-in."""
 
 
+class FastLink(StrictModel):
+    """The node's fast interconnect to its peers (DGX Spark: the ConnectX-7 port), used by an
+    engine spanning several nodes for NCCL, Gloo and torch.distributed traffic."""
+
+    interface: SafeToken
+    """Network interface on that link (``enp1s0f1np1``): ``NCCL_SOCKET_IFNAME``,
+    ``GLOO_SOCKET_IFNAME``, ``TP_SOCKET_IFNAME`` and ``UCX_NET_DEVICES``."""
+    address: Text
+    """This node's IP address on that link (``VLLM_HOST_IP``; the head's is the
+    ``--master-addr`` of every rank)."""
+    ib_hcas: list[SafeToken] = Field(default_factory=list)
+    """RDMA devices of the link (``rocep1s0f1``, ``roceP2p1s0f1``: both halves of the
+    ConnectX-7) for ``NCCL_IB_HCA``; empty = no RDMA, NCCL falls back to sockets."""
+
+    @field_validator("address")
+    @classmethod
+    def _address_is_ip(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f"{value[:60]!r} is not an IP address; write this node's "
+                             "address on the fast link (ip -br addr show IFACE)") from None
+        return value
+
+
 class Node(StrictModel):
     """One machine of the fleet."""
 
@@ -155,6 +180,8 @@ class Node(StrictModel):
     ending in ``.j2`` are rendered with the deployment's facts first."""
     labels: dict[SafeToken, SingleLine] = Field(default_factory=dict)
     """Free-form labels (rack, owner, …), copied onto the containers."""
+    fast_link: FastLink | None = None
+    """The fast interconnect to peer nodes, for engines spanning nodes; ``None`` = none."""
     simulated: bool = False
     """True for nodes of the local simulated fleet (see ``servefleet.sim``)."""
     sim: SimSettings | None = None

@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import Field
 
 from servefleet.core.models.common import Name, StrictModel, Text
+from servefleet.core.models.multinode import MultiNodeDeployment
 
 DEFAULT_DEPLOYMENT = "main"
 
@@ -54,6 +55,8 @@ class StackConfig(StrictModel):
     """Roll out all nodes at once, or one at a time stopping at the first failure."""
     deployments: list[Deployment] = Field(default_factory=list)
     """Every deployment of the stack, in file order."""
+    multi_node: list[MultiNodeDeployment] = Field(default_factory=list)
+    """Engines spanning several nodes (``servefleet:multiNode``), rolled out as one unit."""
     secret_names: list[Text] = Field(default_factory=list)
     """Environment variable names whose values the stack holds as Pulumi secrets."""
     keep_releases: int = Field(5, ge=1, le=100)

@@ -358,6 +358,25 @@ def _labels(node: Node, deployment: str, profile: Profile, identity: str,
 
 
 @dataclass(frozen=True)
+class RankExtras:
+    """What one rank of an engine spanning nodes adds to a release
+    (:mod:`servefleet.core.render.ranks` fills it)."""
+
+    argv: tuple[str, ...]
+    """Arguments appended to the engine command (``--nnodes``, ``--node-rank``…)."""
+    environment: dict[str, str]
+    """Variables added to the container's environment (``VLLM_HOST_IP``, ``NCCL_*``…)."""
+    devices: tuple[str, ...] = ()
+    """Host devices passed in (``/dev/infiniband``)."""
+    cap_add: tuple[str, ...] = ()
+    """Capabilities added (``IPC_LOCK`` for RDMA memory registration)."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Labels added (rank, nodes)."""
+    serves_api: bool = True
+    """False for a headless rank: no API, so no HTTP healthcheck."""
+
+
+@dataclass(frozen=True)
 class _Inputs:
     """Everything the templates need, gathered and checked once per render."""
 
@@ -373,6 +392,8 @@ class _Inputs:
     node_file: str
     templates: jinja2.Environment
     where: str
+    rank: RankExtras | None = None
+    secrets_complete: bool = True
 
 
 def _render_files(inputs: _Inputs, release_id: str) -> dict[str, bytes]:
@@ -413,9 +434,14 @@ def _render_files(inputs: _Inputs, release_id: str) -> dict[str, bytes]:
         "shm_size": profile.shm_size,
         "gpu_count": tensor_parallel if tensor_parallel else "all",
         "volumes": volumes,
-        "environment": dict(sorted(profile.env.items())),
+        "environment": dict(sorted({**profile.env,
+                                    **(inputs.rank.environment if inputs.rank else {})}.items())),
+        "devices": list(inputs.rank.devices) if inputs.rank else [],
+        "cap_add": list(inputs.rank.cap_add) if inputs.rank else [],
         "healthcheck": {
-            "test": _healthcheck(profile, port),
+            # A headless rank has no API to ask; Docker's NONE turns the check off.
+            "test": _healthcheck(profile, port) if inputs.rank is None or
+            inputs.rank.serves_api else ["NONE"],
             "interval": HEALTH_INTERVAL,
             "timeout": HEALTH_TIMEOUT,
             "retries": HEALTH_RETRIES,
@@ -424,7 +450,9 @@ def _render_files(inputs: _Inputs, release_id: str) -> dict[str, bytes]:
         "stop_grace_period": STOP_GRACE_PERIOD,
         "log_max_size": LOG_MAX_SIZE,
         "log_max_file": LOG_MAX_FILE,
-        "labels": _labels(node, inputs.deployment, profile, inputs.identity, release_id),
+        "labels": dict(sorted({**_labels(node, inputs.deployment, profile, inputs.identity,
+                                          release_id),
+                               **(inputs.rank.labels if inputs.rank else {})}.items())),
     }
     env = inputs.templates
     files: dict[str, bytes] = {}
@@ -532,6 +560,23 @@ def render_release(
     ``secrets_rendered`` is False. ``templates_dir`` defaults to the project's
     ``templates/`` (see :func:`servefleet.core.render.templating.templates_dir_for`).
     """
+    inputs = prepare_inputs(project, deployment, secrets, require_secrets=require_secrets,
+                            templates_dir=templates_dir)
+    draft = draft_files(inputs)
+    return assemble_release(inputs, release_id_of(draft, _modes(draft)))
+
+
+def prepare_inputs(
+    project: Project,
+    deployment: Deployment,
+    secrets: Mapping[str, str] | None = None,
+    *,
+    require_secrets: bool = True,
+    templates_dir: Path | None = None,
+    rank: RankExtras | None = None,
+) -> _Inputs:
+    """Gather and check everything a render of ``deployment`` needs (``rank``: one rank of
+    an engine spanning nodes); refusals are :class:`RenderError`."""
     where = deployment.key
     node = project.nodes.get(deployment.node)
     if node is None:
@@ -548,27 +593,40 @@ def render_release(
                               "pinned; write it as 'name==version' so the image is reproducible")
     port = project.port_of(deployment)
     secret_entries, secrets_complete = _secret_values(profile, secrets, require_secrets, where)
-    inputs = _Inputs(
+    argv = engine_command(profile, port) + (list(rank.argv) if rank else [])
+    return _Inputs(
         node=node,
         deployment=deployment.name,
         profile=profile,
         identity=profile_identity(profile),
         port=port,
-        argv=engine_command(profile, port),
+        argv=argv,
         patches=_patch_files(project, profile, where) if profile.builds_image else [],
         secrets=secret_entries,
         overrides=_override_sources(project, node, where),
         node_file=project.node_files.get(node.name, f"nodes/{node.name}.yaml"),
         templates=template_environment(templates_dir, project.root),
         where=where,
+        rank=rank,
+        secrets_complete=secrets_complete,
     )
-    draft = _shown(_render_files(inputs, ""))
-    release_id = release_id_of(draft, _modes(draft))
+
+
+def draft_files(inputs: _Inputs) -> dict[str, bytes]:
+    """The release's files rendered with an empty id, ``engine.env`` in its published form:
+    what the release id is computed over."""
+    return _shown(_render_files(inputs, ""))
+
+
+def assemble_release(inputs: _Inputs, release_id: str) -> RenderedRelease:
+    """Render the files with ``release_id`` in them and describe the release."""
     files = _render_files(inputs, release_id)
+    profile, node, deployment = inputs.profile, inputs.node, inputs.deployment
+    port = inputs.port
     builds = profile.builds_image
     return RenderedRelease(
         node=node.name,
-        deployment=deployment.name,
+        deployment=deployment,
         profile=profile.name,
         profile_identity=inputs.identity,
         release_id=release_id,
@@ -576,7 +634,7 @@ def render_release(
         engine=profile.engine,
         engine_version=profile.engine_version,
         base_image=profile.image.pinned,
-        image=overlay_image_name(node.name, deployment.name, release_id) if builds
+        image=overlay_image_name(node.name, deployment, release_id) if builds
         else profile.image.pinned,
         builds_image=builds,
         engine_argv=tuple(inputs.argv),
@@ -586,7 +644,7 @@ def render_release(
         modes=_modes(files),
         file_hashes={path: _sha256(content) for path, content in _shown(files).items()},
         secret_names=tuple(profile.secret_env),
-        secrets_rendered=secrets_complete,
+        secrets_rendered=inputs.secrets_complete,
     )
 
 

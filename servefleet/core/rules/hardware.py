@@ -100,6 +100,7 @@ def tensor_parallel_exceeds_gpus(ctx: PlacementContext) -> Iterator[Issue]:
         message=(f"{tp} GPUs per engine, but {ctx.where} has {count} GPU"
                  f"{'s' if count != 1 else ''}: vLLM cannot create {tp} workers"),
         why="vLLM tensor parallelism runs one worker per GPU (vllm/engine/arg_utils.py -tp)",
-        fix=f"set vllm.tensor_parallel_size to at most {count}, or place the profile on a "
-            "node with more GPUs",
+        fix=f"set vllm.tensor_parallel_size to at most {count}, place the profile on a "
+            "node with more GPUs, or span nodes with servefleet:multiNode "
+            "(nodes: [NODE, NODE])",
     )

@@ -29,6 +29,7 @@ from servefleet.core.rules.base import (
     Scope,
     Severity,
 )
+from servefleet.core.rules.multinode import multinode_findings
 
 RENDER_RULE = "render-refused"
 """Rule id of findings that come from rendering the stack's deployments in memory."""
@@ -110,6 +111,8 @@ def validate(project: Project, rules: tuple[Rule, ...] = ALL_RULES, *,
             findings.extend(rule.run(node_context))
     if render:
         findings.extend(render_findings(project))
+    # Engines spanning nodes are checked as a whole (one line can name every rank).
+    findings.extend(multinode_findings(project, render=render))
     # Stable order: by severity, then file; rules keep their order within a file.
     return sorted(findings, key=lambda f: (f.severity.rank, f.file))
 
