@@ -1,4 +1,4 @@
-"""``servefleet plan | deploy | rollback | unlock | releases`` and ``servefleet logs NODE``.
+"""``servefleet plan | deploy | rollback | unlock | releases``.
 
 Every command that can change a node first runs the validation rules (``servefleet
 validate``): an error stops it before any node is touched; warnings are shown. Ctrl-C (or
@@ -12,9 +12,6 @@ names are those the deployed profiles list in ``secret_env``; a missing one is n
 anything is touched. Progress shows per node (phase, elapsed); ``--json`` prints one JSON
 document for machines instead. Exit status: 0 when every node deployed (or was already
 right), 1 otherwise.
-
-``servefleet logs NODE`` shares its name with ``servefleet logs parse FILE``:
-:func:`merge_logs_group` makes one ``logs`` group that serves both.
 """
 
 from __future__ import annotations
@@ -25,21 +22,21 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
-from servefleet.adapters import rollout
-from servefleet.adapters.rollout import DeploymentResult, NodeResult, ProgressEvent
 from servefleet.cli.main import CliContext
-from servefleet.core.errors import ConfigError, ServefleetError
-from servefleet.core.plan import PlanItem
-from servefleet.core.project import Project, load_project
-from servefleet.core.rules import Severity
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from servefleet.adapters.rollout import DeploymentResult, NodeResult, ProgressEvent
+    from servefleet.core.errors import ConfigError
+    from servefleet.core.plan import PlanItem
+    from servefleet.core.project import Project
 
 _STATUS_STYLE = {
     "unchanged": "dim", "deployed": "green", "failed": "red", "rolled_back": "yellow",
@@ -49,6 +46,8 @@ _STATUS_STYLE = {
 
 
 def _console() -> Console:
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=True)
 
 
@@ -66,6 +65,8 @@ def node_secrets(project: Project, node: str) -> dict[str, str]:
     """The secrets NODE's deployments use, from the environment: what its probes send (an
     API key) and what every line read from it is masked with. Empty for a node the stack
     does not place anything on (the command then names the node's own problem)."""
+    from servefleet.core.errors import ConfigError
+
     try:
         return secrets_from_env(project, [node])[0]
     except ConfigError:
@@ -74,12 +75,19 @@ def node_secrets(project: Project, node: str) -> dict[str, str]:
 
 def show_findings(console: Console, project: Project) -> None:
     """Run the validation rules: errors raise (nothing is touched), warnings are printed."""
+    from rich.text import Text
+
+    from servefleet.adapters import rollout
+    from servefleet.core.rules import Severity
+
     for finding in rollout.check_rules(project):
         if finding.severity is Severity.WARNING:
             console.print(Text(f"warning: {finding}", style="yellow"))
 
 
 def _missing_error(missing: list[str]) -> ConfigError:
+    from servefleet.core.errors import ConfigError
+
     return ConfigError([f"secret {name} is not set in the environment: export {name}=… "
                         "before deploying (it goes only into the node's 0600 env file)"
                         for name in missing])
@@ -90,6 +98,7 @@ def _preview(project: Project, item: PlanItem) -> str | None:
     """The engine-terms line of a changed deployment (see core.kvplan.preview)."""
     if item.action == "unchanged" or item.profile not in project.profiles:
         return None
+    from servefleet.core.errors import ServefleetError
     from servefleet.core.kvplan.preview import engine_preview
 
     old = project.profiles.get(item.previous_profile or "")
@@ -102,6 +111,8 @@ def _preview(project: Project, item: PlanItem) -> str | None:
 
 def _print_plan(console: Console, project: Project, items: Iterable[PlanItem],
                 errors: Iterable[NodeResult]) -> None:
+    from rich.text import Text
+
     for item in items:
         lines = item.summary_lines()
         style = "dim" if item.action == "unchanged" else \
@@ -123,6 +134,11 @@ def _print_plan(console: Console, project: Project, items: Iterable[PlanItem],
 def plan_command(obj: CliContext, nodes: tuple[str, ...], as_json: bool) -> None:
     """Show what a deploy would change on NODES (default: every node of the stack):
     per deployment unchanged / update (with the engine-flag diff) / create. Read-only."""
+    from rich.text import Text
+
+    from servefleet.adapters import rollout
+    from servefleet.core.project import load_project
+
     project = load_project(obj.project_dir, obj.stack)
     secrets, missing = secrets_from_env(project, nodes)
     if not as_json:
@@ -157,6 +173,9 @@ class ProgressView:
 
     def table(self) -> Table:
         """The current table."""
+        from rich.table import Table
+        from rich.text import Text
+
         table = Table(box=None, header_style="bold")
         for column in ("node", "deployment", "phase", "elapsed", "detail"):
             table.add_column(column, justify="right" if column == "elapsed" else "left",
@@ -193,6 +212,9 @@ def _health_cells(result: DeploymentResult) -> str:
 
 def print_results(console: Console, results: Sequence[NodeResult]) -> None:
     """The outcome per node and deployment, with failures, proving lines and restores."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, header_style="bold")
     for column in ("node", "deployment", "status", "release", "health", "time"):
         table.add_column(column, justify="right" if column == "time" else "left")
@@ -252,6 +274,11 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
                    force_unlock: str | None, as_json: bool) -> None:
     """Deploy the stack to NODES (default: every node of the stack), health-gated, with
     automatic restore of the previous release on failure."""
+    from rich.live import Live
+
+    from servefleet.adapters import rollout
+    from servefleet.core.project import load_project
+
     project = load_project(obj.project_dir, obj.stack)
     secrets, missing = secrets_from_env(project, nodes)
     if missing:
@@ -304,6 +331,10 @@ def rollback_command(obj: CliContext, node: str, deployment: str, to: str | None
                      force_unlock: str | None, as_json: bool) -> None:
     """Make an earlier release of NODE's deployment current again, health-gated (with the
     secrets its profile probes with, e.g. an API key, from the environment)."""
+    from servefleet.adapters import rollout
+    from servefleet.adapters.rollout import NodeResult
+    from servefleet.core.project import load_project
+
     project = load_project(obj.project_dir, obj.stack)
     secrets = node_secrets(project, node)
     if not as_json:
@@ -327,6 +358,9 @@ def unlock_command(obj: CliContext, node: str, lock_id: str) -> None:
     """Remove NODE's lock if its id is LOCK_ID (as Terraform's force-unlock): for a lock
     left by a rollout that died. A lock with another id, a live rollout's, stays. The next
     `plan` shows what the dead rollout left; the next deploy repairs it."""
+    from servefleet.adapters import rollout
+    from servefleet.core.project import load_project
+
     project = load_project(obj.project_dir, obj.stack)
     outcome = rollout.unlock(project, node, lock_id)
     click.echo(f"{node}: lock {lock_id} removed" if outcome == "removed"
@@ -340,6 +374,11 @@ def unlock_command(obj: CliContext, node: str, lock_id: str) -> None:
 @click.pass_obj
 def releases_command(obj: CliContext, node: str, deployment: str, as_json: bool) -> None:
     """List the releases of NODE's deployment, newest first (* = current)."""
+    from rich.table import Table
+
+    from servefleet.adapters import rollout
+    from servefleet.core.project import load_project
+
     project = load_project(obj.project_dir, obj.stack)
     infos = rollout.list_releases(project, node, deployment,
                                   secrets=node_secrets(project, node))
@@ -358,50 +397,6 @@ def releases_command(obj: CliContext, node: str, deployment: str, as_json: bool)
     _console().print(table)
 
 
-@click.command("logs")
-@click.argument("node")
-@click.option("--deployment", "-d", default="main", show_default=True)
-@click.option("--follow", "-f", is_flag=True, help="Keep streaming new lines (Ctrl-C stops).")
-@click.option("--tail", default=200, show_default=True, help="Lines of history to show.")
-@click.pass_obj
-def node_logs_command(obj: CliContext, node: str, deployment: str, follow: bool,
-                      tail: int) -> None:
-    """Print the engine log of NODE's deployment (stdout and stderr, as written)."""
-    project = load_project(obj.project_dir, obj.stack)
-    try:
-        for line in rollout.stream_logs(project, node, deployment, follow=follow, tail=tail,
-                                        secrets=node_secrets(project, node)):
-            click.echo(line)
-    except KeyboardInterrupt:
-        pass
-
-
-class LogsGroup(click.Group):
-    """``logs``: sub-commands (``parse FILE``) plus ``logs NODE`` for a node's engine log."""
-
-    def __init__(self, *args: Any, node_command: click.Command, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.node_command = node_command
-
-    def resolve_command(self, ctx: click.Context,
-                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
-            return self.node_command.name, self.node_command, args
-        return super().resolve_command(ctx, args)
-
-    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage(ctx.command_path, "NODE [--follow] | COMMAND [ARGS]...")
-
-
-def merge_logs_group(group: click.Group) -> click.Group:
-    """One ``logs`` group: ``group``'s sub-commands and ``logs NODE [--follow]``."""
-    merged = LogsGroup(name=group.name, commands=dict(group.commands),
-                       help=(group.help or "").rstrip() + "\n\n``logs NODE [--follow]`` "
-                       "prints a node's engine log.", node_command=node_logs_command)
-    return merged
-
-
 COMMANDS: list[click.Command] = [plan_command, deploy_command, rollback_command,
                                  unlock_command, releases_command]
-"""Commands of this module (``logs NODE`` joins the ``logs`` group through
-:func:`merge_logs_group`)."""
+"""Commands of this module."""

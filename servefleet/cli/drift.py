@@ -18,20 +18,20 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import jinja2
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from servefleet.adapters.drift_collect import DEFAULT_TIMEOUT_SECONDS, CollectOptions
-from servefleet.adapters.drift_collect.check import check_fleet, secrets_from_environment
 from servefleet.cli.main import CliContext
-from servefleet.core.drift import DriftReport, build_report
-from servefleet.core.errors import ConfigError, ServefleetError
-from servefleet.core.project import load_project
-from servefleet.core.render.templating import BUILTIN_TEMPLATES, TEMPLATES_DIR
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from servefleet.core.drift import DriftReport
+
+DEFAULT_TIMEOUT_SECONDS = 60.0
+"""``--timeout``'s default, spelled out so that --help need not import the collector; a test
+holds it equal to :data:`servefleet.adapters.drift_collect.DEFAULT_TIMEOUT_SECONDS`."""
 
 NOTIFY_TIMEOUT_SECONDS = 120
 SHOWN_VALUE_CHARS = 48
@@ -55,6 +55,9 @@ def _shown(value: object) -> str:
 
 def print_report(console: Console, report: DriftReport) -> None:
     """The report for people: one line per node, a table of what differs."""
+    from rich.table import Table
+    from rich.text import Text
+
     for error in report.errors:
         console.print(Text(f"error: {error}", style="bold red"))
     for note in report.notes:
@@ -124,6 +127,14 @@ def drift_command(ctx: CliContext, nodes: tuple[str, ...], as_json: bool, timeou
     release ids are read from environment variables of the same name (HF_TOKEN…); they are
     compared by sha256 and never shown.
     """
+    from rich.console import Console
+
+    from servefleet.adapters.drift_collect import CollectOptions
+    from servefleet.adapters.drift_collect.check import check_fleet, secrets_from_environment
+    from servefleet.core.drift import build_report
+    from servefleet.core.errors import ConfigError
+    from servefleet.core.project import load_project
+
     started = datetime.now(UTC).isoformat(timespec="seconds")
     try:
         project = load_project(ctx.project_dir, ctx.stack)
@@ -162,6 +173,8 @@ def cron_quote(arg: str) -> str:
 
 
 def _nightly_templates(project_dir: Path) -> Path:
+    from servefleet.core.render.templating import BUILTIN_TEMPLATES, TEMPLATES_DIR
+
     own = project_dir / TEMPLATES_DIR / NIGHTLY_TEMPLATES
     return own if own.is_dir() else BUILTIN_TEMPLATES / NIGHTLY_TEMPLATES
 
@@ -169,6 +182,8 @@ def _nightly_templates(project_dir: Path) -> Path:
 def render_nightly(project_dir: Path, stack: str, *, at: str, notify_cmd: str | None,
                    servefleet: list[str], env_file: str, user: str | None) -> dict[str, str]:
     """The unit files and the cron line, by file name."""
+    import jinja2
+
     argv = [*servefleet, "--project", str(project_dir), "--stack", stack, "drift", "--json"]
     if notify_cmd:
         argv += ["--notify", notify_cmd]
@@ -230,6 +245,8 @@ def nightly_install(ctx: CliContext, at: str, out_dir: Path, notify_cmd: str | N
     on error, so systemd marks it failed and `systemctl --failed` (or an OnFailure= hook)
     shows it; --notify sends the JSON report wherever you want it.
     """
+    from servefleet.core.errors import ServefleetError
+
     files = render_nightly(ctx.project_dir, ctx.stack, at=at, notify_cmd=notify_cmd,
                            servefleet=[sys.executable, "-m", "servefleet.cli.main"],
                            env_file=env_file, user=user)

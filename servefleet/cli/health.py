@@ -20,21 +20,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from servefleet.adapters import node_health
-from servefleet.adapters.probes import API_KEY_SECRETS
 from servefleet.cli.main import CliContext
-from servefleet.core.health_table import (
-    DeploymentHealth,
-    failure_lines,
-    fleet_json,
-    summary_line,
-    table_lines,
-    title_line,
-)
-from servefleet.core.project import Project, load_project
+
+if TYPE_CHECKING:
+    from servefleet.core.health_table import DeploymentHealth
+    from servefleet.core.project import Project
 
 EXIT_BOOTING = 3
 """Exit status when no check failed but an engine is still booting inside its deadline (not
@@ -47,6 +41,8 @@ _VERDICT_COLOURS = {"pass": "green", "fail": "red", "warn": "yellow", "info": No
 
 def api_secrets(project: Project) -> dict[str, str]:
     """API keys some profile expects, from the environment."""
+    from servefleet.adapters.probes import API_KEY_SECRETS
+
     wanted = {name for profile in project.profiles.values() for name in profile.secret_env
               if name in API_KEY_SECRETS}
     return {name: os.environ[name] for name in sorted(wanted) if os.environ.get(name)}
@@ -54,6 +50,13 @@ def api_secrets(project: Project) -> dict[str, str]:
 
 def print_report(results: list[DeploymentHealth]) -> None:
     """The text report, coloured by verdict."""
+    from servefleet.core.health_table import (
+        failure_lines,
+        summary_line,
+        table_lines,
+        title_line,
+    )
+
     for result in results:
         colour = "green" if result.ok else "yellow" if result.booting else "red"
         click.secho(title_line(result), fg=colour, bold=True)
@@ -100,6 +103,10 @@ def health_command(obj: CliContext, nodes: tuple[str, ...], deployments: tuple[s
                    rebaseline: bool) -> None:
     """Check the engines running on NODES (default: every node of the stack): boot log
     against the profile, HTTP probes, KV pool against the node's baseline."""
+    from servefleet.adapters import node_health
+    from servefleet.core.health_table import fleet_json
+    from servefleet.core.project import load_project
+
     project = load_project(obj.project_dir, obj.stack)
     if wait is not None and wait < 0 and wait != WAIT_UNTIL_DEADLINE:
         raise click.BadParameter("SECONDS must be 0 or more", param_hint="--wait")

@@ -1,4 +1,5 @@
-"""``servefleet logs parse FILE``: what an engine boot log proves.
+"""``servefleet logs parse FILE`` (what an engine boot log proves) and ``servefleet logs
+NODE [--follow]`` (a node's engine log), one ``logs`` group serving both.
 
 ``--json`` prints the one JSON object of the contract in DESIGN.md (the contract keys, then
 ``extra`` with engine-specific facts, the failure class and the proving lines). Without it,
@@ -11,16 +12,21 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from servefleet.core.bootlog import CONTRACT_KEYS, ENGINE_CHOICES, BootFacts, BootLogParser
-from servefleet.core.bootlog.parser import BLOCK_BYTES
-from servefleet.core.errors import BootLogError
+from servefleet.cli.main import CliContext
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+    from servefleet.core.bootlog import BootFacts, BootLogParser
+
+# The parser's engine choices, spelled out so that --help need not import the parser
+# (pydantic); a test holds them equal to servefleet.core.bootlog.ENGINE_CHOICES.
+ENGINE_CHOICES: tuple[str, ...] = ("auto", "vllm", "llama.cpp", "sglang")
 
 _OUTCOME_STYLE = {"ready": "bold green", "failed": "bold red", "incomplete": "bold yellow"}
 # Flags whose "no" is the normal case; the table shows them only when set.
@@ -29,6 +35,9 @@ _QUIET_WHEN_FALSE = frozenset({"moe_default_config_warning", "mtp_detected", "mo
 
 def read_log(path: str, engine: str) -> BootFacts:
     """Parse a log file (``-`` = standard input) in constant memory."""
+    from servefleet.core.bootlog import BootLogParser
+    from servefleet.core.errors import BootLogError
+
     parser = BootLogParser(engine)
     try:
         if path == "-":
@@ -42,11 +51,15 @@ def read_log(path: str, engine: str) -> BootFacts:
 
 
 def _feed(parser: BootLogParser, stream: BinaryIO) -> None:
+    from servefleet.core.bootlog.parser import BLOCK_BYTES
+
     while block := stream.read(BLOCK_BYTES):
         parser.feed(block)
 
 
 def _show(value: Any) -> Text:
+    from rich.text import Text
+
     if value is None:
         return Text("—", style="dim")
     if isinstance(value, bool):
@@ -62,6 +75,11 @@ def _show(value: Any) -> Text:
 
 def print_facts(console: Console, path: str, facts: BootFacts) -> None:
     """The readable report: outcome, the facts the log states, the deciding lines."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from servefleet.core.bootlog import CONTRACT_KEYS
+
     header = Text(f"{path}: ")
     header.append(facts.engine or "unknown engine", style="bold")
     if facts.engine_version:
@@ -95,9 +113,51 @@ def print_facts(console: Console, path: str, facts: BootFacts) -> None:
             console.print(line)
 
 
-@click.group("logs")
+@click.command("logs")
+@click.argument("node")
+@click.option("--deployment", "-d", default="main", show_default=True)
+@click.option("--follow", "-f", is_flag=True, help="Keep streaming new lines (Ctrl-C stops).")
+@click.option("--tail", default=200, show_default=True, help="Lines of history to show.")
+@click.pass_obj
+def node_logs_command(obj: CliContext, node: str, deployment: str, follow: bool,
+                      tail: int) -> None:
+    """Print the engine log of NODE's deployment (stdout and stderr, as written)."""
+    from servefleet.adapters import rollout
+    from servefleet.cli.deploy import node_secrets
+    from servefleet.core.project import load_project
+
+    project = load_project(obj.project_dir, obj.stack)
+    try:
+        for line in rollout.stream_logs(project, node, deployment, follow=follow, tail=tail,
+                                        secrets=node_secrets(project, node)):
+            click.echo(line)
+    except KeyboardInterrupt:
+        pass
+
+
+class LogsGroup(click.Group):
+    """``logs``: sub-commands (``parse FILE``) plus ``logs NODE`` for a node's engine log."""
+
+    def __init__(self, *args: Any, node_command: click.Command, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.node_command = node_command
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            return self.node_command.name, self.node_command, args
+        return super().resolve_command(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "NODE [--follow] | COMMAND [ARGS]...")
+
+
+@click.group("logs", cls=LogsGroup, node_command=node_logs_command)
 def logs_group() -> None:
-    """Read engine boot logs (vLLM, SGLang, llama.cpp)."""
+    """Read engine boot logs (vLLM, SGLang, llama.cpp).
+
+    ``logs NODE [--follow]`` prints a node's engine log.
+    """
 
 
 @logs_group.command("parse")
@@ -114,4 +174,6 @@ def parse_command(file: str, engine: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(facts.to_json_dict(), indent=2, ensure_ascii=False))
     else:
+        from rich.console import Console
+
         print_facts(Console(highlight=False, soft_wrap=True), file, facts)

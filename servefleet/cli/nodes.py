@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from servefleet.adapters.gpu_probe import run_probe
-from servefleet.adapters.keyscan import scan_host_key
-from servefleet.adapters.ssh import SshTransport
 from servefleet.cli.main import CliContext
-from servefleet.core.errors import ConfigError
-from servefleet.core.gpu import compare_with_inventory, foreign_processes
-from servefleet.core.models import Node
-from servefleet.core.project import load_nodes
+
+if TYPE_CHECKING:
+    from servefleet.core.models import Node
 
 
 def _node(obj: CliContext, name: str) -> Node:
+    from servefleet.core.errors import ConfigError
+    from servefleet.core.project import load_nodes
+
     nodes, _, problems = load_nodes(obj.project_dir)
     if name not in nodes:
         if problems:
@@ -35,6 +33,13 @@ def _node(obj: CliContext, name: str) -> Node:
 def probe_command(obj: CliContext, node: str, as_json: bool) -> None:
     """Read NODE's GPUs, driver and CUDA (NVML, else nvidia-smi) and compare with the
     inventory. Exits 1 when anything differs with severity error."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from servefleet.adapters.gpu_probe import run_probe
+    from servefleet.adapters.ssh import SshTransport
+    from servefleet.core.gpu import compare_with_inventory, foreign_processes
+
     target = _node(obj, node)
     with SshTransport(target) as transport:
         def run_remote(argv: Sequence[str], stdin: bytes) -> tuple[int, bytes, bytes]:
@@ -87,6 +92,8 @@ def keyscan_command(obj: CliContext, node: str, key_type: str) -> None:
     node's console before pasting the line under ssh.host_keys: servefleet never trusts a key
     on first use.
     """
+    from servefleet.adapters.keyscan import scan_host_key
+
     scanned = scan_host_key(_node(obj, node), key_type)
     click.echo(f"# {node}: fingerprint {scanned.fingerprint} (check it on the node's console)",
                err=True)

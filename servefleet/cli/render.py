@@ -14,22 +14,15 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import yaml
 
 from servefleet.cli.main import CliContext
-from servefleet.core.errors import ConfigError
-from servefleet.core.models import Profile
-from servefleet.core.project import load_profiles, load_project, profile_identity
-from servefleet.core.render import (
-    RenderedRelease,
-    diff_flags,
-    engine_command,
-    engine_flags,
-    render_deployments,
-)
+
+if TYPE_CHECKING:
+    from servefleet.core.models import Profile
+    from servefleet.core.render import RenderedRelease
 
 SHOW_PORT = 8000
 """Port used to show a profile's command when no deployment fixes one."""
@@ -84,6 +77,9 @@ def write_releases(out: Path, releases: list[RenderedRelease]) -> list[Path]:
 def render_command(obj: CliContext, nodes: tuple[str, ...], all_nodes: bool, out_dir: Path,
                    with_secrets_from_env: bool) -> None:
     """Render the release files of NODE(s) (or --all) into --out, as a deploy would."""
+    from servefleet.core.project import load_project
+    from servefleet.core.render import render_deployments
+
     if all_nodes == bool(nodes):
         raise click.UsageError("give one or more NODE names, or --all (not both)")
     project = load_project(obj.project_dir, obj.stack)
@@ -104,6 +100,9 @@ def render_command(obj: CliContext, nodes: tuple[str, ...], all_nodes: bool, out
 
 
 def _load_profile(root: Path, name: str) -> Profile:
+    from servefleet.core.errors import ConfigError
+    from servefleet.core.project import load_profiles
+
     profiles, _, _, problems = load_profiles(root)
     if name in profiles:
         return profiles[name]
@@ -113,6 +112,9 @@ def _load_profile(root: Path, name: str) -> Profile:
 
 
 def _show_data(profile: Profile, port: int) -> dict[str, Any]:
+    from servefleet.core.project import profile_identity
+    from servefleet.core.render import engine_command
+
     return {
         "name": profile.name,
         "identity": profile_identity(profile),
@@ -129,6 +131,8 @@ def _show_data(profile: Profile, port: int) -> dict[str, Any]:
 @click.pass_obj
 def show_command(obj: CliContext, profile_name: str, port: int, as_json: bool) -> None:
     """Show PROFILE resolved (after extends), its identity hash and its engine command."""
+    import yaml
+
     profile = _load_profile(obj.project_dir, profile_name)
     data = _show_data(profile, port)
     if as_json:
@@ -151,6 +155,8 @@ def diff_profiles_command(obj: CliContext, profile_a: str, profile_b: str,
     One line each: '- flag value' (only in A), '+ flag value' (only in B),
     '~ flag: old -> new' (changed).
     """
+    from servefleet.core.render import diff_flags, engine_flags
+
     a = _load_profile(obj.project_dir, profile_a)
     b = _load_profile(obj.project_dir, profile_b)
     diff = diff_flags(engine_flags(a), engine_flags(b))

@@ -8,8 +8,10 @@ import time
 import click
 
 from servefleet.cli.main import CliContext
-from servefleet.sim import fleet
-from servefleet.sim.spec import MAX_NODES, fleet_specs
+
+MAX_NODES = 250
+"""``--nodes``' upper bound, spelled out so that --help need not import the fleet; a test
+holds it equal to :data:`servefleet.sim.spec.MAX_NODES`."""
 
 
 def _say(message: str) -> None:
@@ -35,6 +37,9 @@ def sim() -> None:
 @click.pass_obj
 def up(ctx: CliContext, count: int, sshd_only: bool) -> None:
     """Start the simulated nodes (a quick check when they already run)."""
+    from servefleet.sim import fleet
+    from servefleet.sim.spec import fleet_specs
+
     started = time.monotonic()
     current = fleet.up(fleet_specs(count, sshd_only=sshd_only), project_dir=ctx.project_dir,
                        say=_say)
@@ -50,6 +55,8 @@ def up(ctx: CliContext, count: int, sshd_only: bool) -> None:
               help="Also delete the state folder: keys, node data and the image store.")
 def down(purge: bool) -> None:
     """Stop every node `up` started and remove its namespace (idempotent)."""
+    from servefleet.sim import fleet
+
     stopped = fleet.down(purge=purge, say=_say)
     _say(f"stopped {len(stopped)} node(s)" if stopped else "nothing was running")
 
@@ -58,6 +65,8 @@ def down(purge: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def status(as_json: bool) -> None:
     """List the nodes and what runs on them."""
+    from servefleet.sim import fleet
+
     report = fleet.status()
     if as_json:
         click.echo(json.dumps(report, indent=1))

@@ -4,13 +4,8 @@ concurrency target on one node, and print the overlay profile that sets it."""
 from __future__ import annotations
 
 import click
-import yaml
 
 from servefleet.cli.main import CliContext
-from servefleet.core.errors import ConfigError
-from servefleet.core.kvplan import predict, solve_utilization
-from servefleet.core.kvplan.modelconfig import facts_for_profile
-from servefleet.core.project import PROFILES_DIR, load_nodes, load_profiles
 
 
 @click.command("tune")
@@ -24,6 +19,13 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
                  target_kv_tokens: int | None, target_concurrency: float | None) -> None:
     """Print a profile overlay (extends PROFILE) with the gpu_memory_utilization that reaches
     the target on NODE, with the prediction it rests on."""
+    import yaml
+
+    from servefleet.core.errors import ConfigError
+    from servefleet.core.kvplan import predict, solve_utilization
+    from servefleet.core.kvplan.modelconfig import facts_for_profile
+    from servefleet.core.project import PROFILES_DIR, load_nodes, load_profiles
+
     if (target_kv_tokens is None) == (target_concurrency is None):
         raise click.UsageError("give exactly one of --target-kv-tokens or --target-concurrency")
     profiles, _, _, problems = load_profiles(obj.project_dir)

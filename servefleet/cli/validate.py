@@ -9,30 +9,37 @@ from __future__ import annotations
 
 import json
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from servefleet.cli.main import CliContext
-from servefleet.core.errors import ConfigError
-from servefleet.core.project import load_project
-from servefleet.core.rules import Finding, Severity, validate
 
-STYLES = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from servefleet.core.rules import Finding
+
+STYLES = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+"""Style per severity value."""
 
 
 def _counts(findings: list[Finding]) -> dict[str, int]:
+    from servefleet.core.rules import Severity
+
     return {s.value: sum(1 for f in findings if f.severity is s) for s in Severity}
 
 
 def _print_report(console: Console, stack: str, findings: list[Finding]) -> None:
+    from rich.text import Text
+
+
     ordered = sorted(findings, key=lambda f: (f.file, f.severity.rank))
     for file, group in groupby(ordered, key=lambda f: f.file):
         console.print(Text(file, style="bold"))
         for finding in group:
             line = Text("  ")
-            line.append(f"{finding.severity.value:<7}", style=STYLES[finding.severity])
+            line.append(f"{finding.severity.value:<7}", style=STYLES[finding.severity.value])
             line.append(f" {finding.field}: ", style="bold")
             line.append(finding.message)
             line.append(f" ({finding.why})", style="dim")
@@ -57,6 +64,12 @@ def validate_command(ctx: CliContext, as_json: bool) -> None:
 
     Exits 1 on any error; warnings and notices alone exit 0.
     """
+    from rich.console import Console
+
+    from servefleet.core.errors import ConfigError
+    from servefleet.core.project import load_project
+    from servefleet.core.rules import Severity, validate
+
     if not as_json:
         project = load_project(ctx.project_dir, ctx.stack)  # ConfigError: one line each
         findings = validate(project)
