@@ -9,12 +9,22 @@ from ``Pulumi.<stack>.yaml`` (the same file the ``servefleet`` CLI reads; the on
 Secret values come from Pulumi's config (decrypted by Pulumi), are used to render the
 release id (which carries only their sha256), and reach the resource only as a Pulumi
 secret input.
+
+In a preview (``pulumi preview``, and the preview ``pulumi up`` shows before asking) the
+program also says, per changed vLLM deployment, what the change does in engine terms: the
+line ``servefleet plan`` prints (predicted KV pool and its change, CUDA-graph mode,
+concurrency; calibrated on the node's KV baselines when it has some). It needs what runs
+on the node now, so it reads each node once, read-only, with the observe command ``plan``
+uses. A dynamic provider's ``diff`` cannot show it: Python dynamic providers return no
+detailed diff (pulumi/pulumi#3080) and their logs do not reach the CLI (#18249), whereas a
+program's ``pulumi.log.info(message, resource)`` is shown under the resource. Stack config
+``servefleet:enginePreview: false`` turns the node read off.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +36,10 @@ from servefleet.adapters.pulumi_provider import (
     NodeDeployment,
     NodeDeploymentArgs,
 )
-from servefleet.adapters.rollout import check_rules
+from servefleet.adapters.rollout import NodeResult, check_rules, plan_fleet
 from servefleet.core.errors import ConfigError, ServefleetError
-from servefleet.core.plan import flags_from_argv
+from servefleet.core.kvplan.preview import plan_item_preview
+from servefleet.core.plan import PlanItem, flags_from_argv
 from servefleet.core.project import SECRET_KEYS, Project, load_project
 from servefleet.core.render import RenderedRelease, render_deployments
 from servefleet.core.rules import Severity
@@ -108,8 +119,40 @@ def force_unlock_ids(config: pulumi.Config) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+Planner = Callable[[Project, Sequence[str] | None, Mapping[str, str]],
+                   tuple[list[PlanItem], list[NodeResult]]]
+"""How the preview learns what runs on the nodes (``rollout.plan_fleet``'s signature)."""
+
+
+def engine_preview_messages(project: Project, items: Sequence[PlanItem],
+                            errors: Sequence[NodeResult]) -> list[tuple[str, str]]:
+    """``(node, message)`` per changed vLLM deployment: ``<deployment>: <the plan's engine
+    line>``, and one per node that could not be read."""
+    messages: list[tuple[str, str]] = []
+    for item in items:
+        line = plan_item_preview(project, item)
+        if line is not None:
+            messages.append((item.node, f"{item.deployment}: {line}"))
+    for error in errors:
+        messages.append((error.node, f"engine preview: node not read ({error.error})"))
+    return messages
+
+
+def preview_in_engine_terms(project: Project, resources: Mapping[str, NodeDeployment],
+                            secrets: Mapping[str, str], planner: Planner = plan_fleet,
+                            ) -> list[tuple[str, str]]:
+    """Read the nodes (read-only), then log each engine-terms line under its node's
+    resource, where ``pulumi preview`` shows it. Returns what was logged."""
+    items, errors = planner(project, list(resources), secrets)
+    messages = engine_preview_messages(project, items, errors)
+    for node, message in messages:
+        log = pulumi.log.warn if message.startswith("engine preview:") else pulumi.log.info
+        log(message, resource=resources.get(node))
+    return messages
+
+
 def declare_fleet(root: Path, stack: str, config: pulumi.Config,
-                  ) -> dict[str, NodeDeployment]:
+                  planner: Planner | None = None) -> dict[str, NodeDeployment]:
     """One :class:`NodeDeployment` per node of the stack, named after the node. With the
     ``rolling`` strategy each node depends on the one before it, so Pulumi rolls them one at
     a time and stops at the first failure; ``parallel`` lets Pulumi run them together."""
@@ -130,6 +173,8 @@ def declare_fleet(root: Path, stack: str, config: pulumi.Config,
         args = dataclasses.replace(node_args(project, node, secrets),
                                    unlock_id=unlock.get(node))
         previous = resources[node] = NodeDeployment(node, args, opts)
+    if pulumi.runtime.is_dry_run() and config.get_bool("enginePreview") is not False:
+        preview_in_engine_terms(project, resources, secrets, planner or plan_fleet)
     return resources
 
 

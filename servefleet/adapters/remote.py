@@ -36,6 +36,7 @@ import shlex
 from collections.abc import Sequence
 from importlib import resources
 
+from servefleet.core.baselines import BASELINE_FILE
 from servefleet.core.observed import END, MANIFEST_FILE, OBSERVE_HEADER, RELEASES_HEADER
 from servefleet.core.render.release import ENV_FILE
 
@@ -149,15 +150,17 @@ OBSERVE_SCRIPT = (
     "printf '" + OBSERVE_HEADER + "\\n@@lock\\n'; "
     'cat "$base/' + LOCK_DIR + '/owner" "$base/' + LOCK_DIR + '/' + LOCK_STATE_FILE
     + '" 2>/dev/null; '
+    # The node's KV baselines: the planner calibrates its prediction on them.
+    "printf '@@baselines\\n'; cat \"$base/" + BASELINE_FILE + "\" 2>/dev/null; echo; "
     + _OBSERVE_BODY
 )
 
 
 def observe(base_dir: str, deployments: Sequence[str]) -> list[str]:
-    """Read-only: the lock owner, then per deployment ``current``, the release folders, the
-    current manifest, the sha256 of the current release's files and the compose project's
-    containers (state, exit code, restart count, the release folder each was started
-    from). Parsed by
+    """Read-only: the lock owner, the node's KV baselines, then per deployment ``current``,
+    the release folders, the current manifest, the sha256 of the current release's files
+    and the compose project's containers (state, exit code, restart count, the release
+    folder each was started from). Parsed by
     :func:`servefleet.core.observed.parse_observation`."""
     return _sh(OBSERVE_SCRIPT, base_dir, INSPECT_TEMPLATE, env_hasher_program(), *deployments)
 

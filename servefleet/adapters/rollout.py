@@ -499,7 +499,8 @@ class NodeRollout:
         for rendered in releases:
             dep = observed.deployments.get(rendered.deployment)
             items.append(dataclasses.replace(plan(rendered, dep), recovery=recovery_notes(
-                observed.lock, dep, rendered.deployment)))
+                observed.lock, dep, rendered.deployment),
+                node_baselines=observed.baselines_text))
         return observed, items
 
     def deploy(self, releases: Sequence[RenderedRelease],

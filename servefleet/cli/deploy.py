@@ -95,18 +95,11 @@ def _missing_error(missing: list[str]) -> ConfigError:
 
 # -- plan ------------------------------------------------------------------------------------
 def _preview(project: Project, item: PlanItem) -> str | None:
-    """The engine-terms line of a changed deployment (see core.kvplan.preview)."""
-    if item.action == "unchanged" or item.profile not in project.profiles:
-        return None
-    from servefleet.core.errors import ServefleetError
-    from servefleet.core.kvplan.preview import engine_preview
+    """The engine-terms line of a changed deployment, calibrated on the node's baselines
+    when it has some (see core.kvplan.preview)."""
+    from servefleet.core.kvplan.preview import plan_item_preview
 
-    old = project.profiles.get(item.previous_profile or "")
-    try:
-        return engine_preview(project.root / "profiles", old, project.profiles[item.profile],
-                              project.nodes[item.node])
-    except ServefleetError as error:  # a pinned config that cannot be read: say so, go on
-        return f"KV pool not predicted: {error}"
+    return plan_item_preview(project, item)
 
 
 def _print_plan(console: Console, project: Project, items: Iterable[PlanItem],

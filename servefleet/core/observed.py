@@ -189,6 +189,9 @@ class ObservedNode(StrictModel):
     :mod:`servefleet.core.lockinfo`); ``None`` when the node is not locked."""
     deployments: dict[str, ObservedDeployment] = Field(default_factory=dict)
     """Deployments found on the node, by name; a name absent here has never been deployed."""
+    baselines_text: str | None = None
+    """Content of the node's KV baselines file (``None``: none, or not read), for the
+    planner's calibration (:mod:`servefleet.core.baselines` parses it)."""
 
     @property
     def lock(self) -> LockInfo | None:
@@ -366,6 +369,7 @@ def parse_observation(text: str) -> ObservedNode:
     A deployment whose folder does not exist is left out: it has never been deployed.
     """
     lock_owner: str | None = None
+    baselines: str | None = None
     deployments: dict[str, ObservedDeployment] = {}
     current: str | None = None
     exists = False
@@ -379,6 +383,8 @@ def parse_observation(text: str) -> ObservedNode:
         if marker == "lock":
             owner = "\n".join(body).strip()
             lock_owner = owner or None
+        elif marker == "baselines":
+            baselines = "\n".join(body).strip() or None
         elif marker.startswith("deployment "):
             flush()
             current, exists, parts = marker.split(" ", 1)[1], True, {}
@@ -387,7 +393,8 @@ def parse_observation(text: str) -> ObservedNode:
         else:
             parts[marker] = body
     flush()
-    return ObservedNode(lock_owner=lock_owner, deployments=deployments)
+    return ObservedNode(lock_owner=lock_owner, deployments=deployments,
+                        baselines_text=baselines)
 
 
 def parse_releases(text: str) -> list[ReleaseInfo]:

@@ -109,6 +109,8 @@ class PlanItem:
     recovery: tuple[str, ...] = ()
     """``repair: …`` lines: what an interrupted rollout left on the node (its lock's
     recorded phase, an ungated engine), see :func:`recovery_notes`."""
+    node_baselines: str | None = field(default=None, repr=False, compare=False)
+    """The node's KV baselines file as observed (for the planner's calibration)."""
 
     @property
     def changes(self) -> bool:

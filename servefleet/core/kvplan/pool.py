@@ -111,13 +111,15 @@ class PoolLayout:
 
 def layout(facts: ModelFacts, *, kv_dtype: str | None, num_spec: int = 0, mtp: bool = False,
            prefix_caching: bool = False, tp: int = 1,
-           version: tuple[int, ...] = (0, 21)) -> PoolLayout:
-    """The pool layout of ``facts`` with these engine settings."""
+           version: tuple[int, ...] = (0, 21), dense_block_size: int = DENSE_BLOCK_SIZE,
+           ) -> PoolLayout:
+    """The pool layout of ``facts`` with these engine settings (``dense_block_size``: the
+    platform's cache block for attention-only models; 16 on CUDA, 128 on the CPU build)."""
     per_token = kv_bytes_per_token_layer(facts, kv_dtype, tp)
     # MTP draft layers are full-attention layers of the target model's KV pool.
     attention = facts.full_attention_layers + (facts.mtp_layers if mtp else 0)
     if not facts.hybrid:
-        return PoolLayout(block_size=DENSE_BLOCK_SIZE, page_bytes=DENSE_BLOCK_SIZE * per_token,
+        return PoolLayout(block_size=dense_block_size, page_bytes=dense_block_size * per_token,
                           attention_layers=attention, state_layers=0, group_size=attention,
                           attention_groups=1, state_groups=0, state_blocks=0, mamba_mode="none")
     state = facts.linear_layers

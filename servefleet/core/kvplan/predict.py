@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servefleet.core.kvplan.cpu import KV_BYTES_FLAG, explicit_kv_bytes
 from servefleet.core.kvplan.modelconfig import ModelFacts
 from servefleet.core.kvplan.pool import GIB, PoolFigures, PoolLayout, bytes_for, figures, layout
 from servefleet.core.models import Node, Profile
@@ -129,6 +130,10 @@ def predict(facts: ModelFacts, profile: Profile, node: Node,
                "assumed for activations and graphs; ±15%")
         calibrated = False
     available = total * util - weights - non_kv
+    explicit = explicit_kv_bytes(profile)
+    if explicit is not None:  # vLLM takes this budget as it is, whatever the utilization
+        available = explicit / GIB
+        how = f"{KV_BYTES_FLAG}={explicit:,} in vllm.extra_args: the KV budget as it is"
     lay = profile_layout(facts, profile)
     pool = figures(lay, max(available, 0.0) * GIB, max_len, profile.version)
     headroom = None
