@@ -24,6 +24,7 @@ ALL: dict[str, str] = {
     "probe": "servefleet.cli.nodes:probe_command",
     "keyscan": "servefleet.cli.nodes:keyscan_command",
     "tune": "servefleet.cli.tune:tune_command",
+    "schema": "servefleet.cli.schema:schema_command",
     "sim": "servefleet.cli.sim:sim",
 }
 """Command name → ``"module:attribute"`` of its click command, in help order."""

@@ -29,7 +29,8 @@ INVENTORY_SUBDIR = Path("nodes") / "sim"
 PORTS = [8000, 8001, 8002, 18101, 18102, 18471]
 """Ports engines may use on a simulated node: the stack's, then those the test suite's own
 deployments take beside them (health 8002, drift 18101/18102, the Pulumi provider 18471)."""
-HEADER = ("# Written by `servefleet sim up` for a simulated node; `sim down` removes it.\n"
+HEADER = ("# yaml-language-server: $schema=../../schemas/node.schema.json\n"
+          "# Written by `servefleet sim up` for a simulated node; `sim down` removes it.\n"
           "# Edit servefleet/sim instead: every way a simulated node differs lives there.\n")
 
 
