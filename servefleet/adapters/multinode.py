@@ -1,0 +1,426 @@
+"""Roll out an engine spanning several nodes as one unit.
+
+Each rank is a deployment of the same name on its node, driven by that node's
+:class:`~servefleet.adapters.rollout.NodeRollout` (preflight, upload, pull, stop, gate,
+commit are its steps, not copies of them). What this module adds is the order and the
+all-or-nothing:
+
+1. lock every node, in sorted node order (two rollouts of overlapping pairs can never each
+   hold one lock and wait for the other); a lock held elsewhere releases those taken;
+2. preflight, upload and pull on every rank, while the old engine still serves;
+3. stop every rank (an engine whose peer is gone cannot serve);
+4. start the workers, and wait for each to say it joined
+   (``Launching vLLM (v…) headless multiproc executor, with head node address …``), then
+   the head, gated on its boot log and API like any engine;
+5. check every worker still runs, and with ``ncclDebug`` that NCCL chose the transport
+   the link promises (``via NET/IB`` with RDMA devices, else ``via NET/Socket``);
+6. mark every rank gated and switch ``current`` on each;
+
+or, after any failure before the switch, stop every rank and restore the release that
+served before on all of them (workers first, then the head, gated the same way), so the
+ranks never run different releases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from servefleet.adapters import releases as release_store
+from servefleet.adapters import remote
+from servefleet.adapters.health_gate import Check, HealthReport
+from servefleet.adapters.lock import NodeLock
+from servefleet.adapters.rollout import (
+    DeploymentResult,
+    Failure,
+    GaveUp,
+    NodeRollout,
+    Restore,
+    StepFailed,
+    Target,
+    restore_candidate,
+)
+from servefleet.core.errors import LockHeld, ServefleetError
+from servefleet.core.observed import ObservedDeployment, parse_container
+from servefleet.core.plan import PlanItem, plan
+from servefleet.core.render.ranks import MultiNodeRelease
+
+WORKER_JOINED = "headless multiproc executor, with head node address"
+"""vLLM's line when a headless rank starts its workers for the head's torch.distributed
+group (``vllm/entrypoints/cli/serve.py`` ``run_headless``, vLLM 0.32.0; see
+tests/adapters/data/multinode/README.md)."""
+NCCL_VIA_IB = "via NET/IB"
+"""NCCL_DEBUG=INFO channel lines over RDMA: ``… [send] via NET/IB/0/GDRDMA``."""
+NCCL_VIA_SOCKET = "via NET/Socket"
+"""NCCL_DEBUG=INFO channel lines over TCP sockets: ``… [send] via NET/Socket/3``."""
+WORKER_LOG_TAIL = 400
+"""Lines of a worker's log read after the head's gate (NCCL lines come early)."""
+
+
+@dataclass
+class Rank:
+    """One rank during a rollout."""
+
+    index: int
+    rollout: NodeRollout
+    target: Target
+    observed: ObservedDeployment | None
+    item: PlanItem
+    result: DeploymentResult
+    lock: NodeLock | None = None
+    started: bool = False
+
+    @property
+    def node(self) -> str:
+        """Node name."""
+        return self.rollout.node.name
+
+
+@dataclass
+class MultiNodeResult:
+    """What happened to one engine spanning nodes."""
+
+    deployment: str
+    """The multi-node deployment's key (``name@node+node``)."""
+    release_id: str
+    """The release every rank was to run."""
+    status: str = "failed"
+    """``unchanged``, ``deployed``, ``rolled_back``, ``restore_failed``, ``failed``,
+    ``interrupted``."""
+    ranks: list[DeploymentResult] = field(default_factory=list)
+    """Each rank's result, in rank order."""
+    failure: Failure | None = None
+    """The first failure, naming the node."""
+    restore: Restore | None = None
+    """The restore of every rank (one release id for all)."""
+
+    @property
+    def ok(self) -> bool:
+        """Deployed or already right."""
+        return self.status in ("unchanged", "deployed")
+
+    def to_json(self) -> dict[str, Any]:
+        """Machine-readable summary, rank by rank."""
+        return {"deployment": self.deployment, "release_id": self.release_id,
+                "status": self.status, "ok": self.ok,
+                "failure": self.failure.to_json() if self.failure else None,
+                "restore": self.restore.to_json() if self.restore else None,
+                "ranks": [r.to_json() for r in self.ranks]}
+
+
+def _row(fact: str, expected: str, observed: str, ok: bool,
+         evidence: Sequence[str] = ()) -> Check:
+    return Check(fact, expected, observed, "pass" if ok else "fail", tuple(evidence))
+
+
+class MultiNodeRollout:
+    """One engine across ``release.ranks``' nodes, one :class:`NodeRollout` per node."""
+
+    def __init__(self, release: MultiNodeRelease, rollouts: Mapping[str, NodeRollout]) -> None:
+        self.release = release
+        self.rollouts = dict(rollouts)
+        self.ranks: list[Rank] = []
+
+    # -- overridable checks -----------------------------------------------------------------
+    def worker_joined(self, rank: Rank, since: str, deadline: float) -> tuple[str, ...]:
+        """Follow the worker's log until it says it joined the head's group; return that
+        line. Raises :class:`StepFailed` when the container exits or the deadline passes."""
+        rollout = rank.rollout
+        clock = rollout.deadline_clock()
+        seen: list[str] = []
+        argv = remote.logs(rank.target.deployment, follow=True, since=since)
+        for raw in rollout.transport.stream_lines(argv, should_stop=lambda: clock() > deadline):
+            line = rollout.transport.mask(raw.decode("utf-8", "replace").rstrip("\r\n"))
+            seen = [*seen[-19:], line]
+            rollout.emit("boot", rank.target.deployment, line[:160])
+            if WORKER_JOINED in line:
+                return (line,)
+        rollout.check_abort("boot")
+        raise StepFailed("boot", f"{rank.node}: the worker never said it joined the head "
+                         f"('{WORKER_JOINED}') before the deadline or its exit",
+                         "worker_not_joined", seen[-5:])
+
+    def worker_log(self, rank: Rank) -> list[str]:
+        """The worker's recent log lines (for the NCCL transport check)."""
+        done = rank.rollout.transport.run(
+            remote.logs(rank.target.deployment, tail=WORKER_LOG_TAIL), check=False,
+            what="read the worker log")
+        return [rank.rollout.transport.mask(line) for line in done.text().splitlines()]
+
+    # -- the rollout --------------------------------------------------------------------------
+    def deploy(self) -> MultiNodeResult:
+        """Bring every rank to the release, as one unit (see the module docstring)."""
+        result = MultiNodeResult(self.release.deployment.key, self.release.release_id)
+        for index, (rendered, dep) in enumerate(zip(self.release.ranks,
+                                                    self.release.rank_deployments,
+                                                    strict=True)):
+            rollout = self.rollouts[rendered.node]
+            _, items = rollout.plan([rendered])
+            target = rollout.target_for(rendered, dep)
+            self.ranks.append(Rank(index, rollout, target, None, items[0], DeploymentResult(
+                rendered.node, rendered.deployment, "failed", rendered.release_id)))
+        if not any(r.item.changes for r in self.ranks):
+            result.status = "unchanged"
+            result.ranks = [DeploymentResult(r.node, r.target.deployment, "unchanged",
+                                             r.target.release_id, r.item.current_release,
+                                             plan=r.item) for r in self.ranks]
+            return result
+        try:
+            self._lock_all()
+        except ServefleetError as error:
+            result.failure = Failure("lock", str(error), "lock_held"
+                                     if isinstance(error, LockHeld) else None)
+            result.ranks = [r.result for r in self.ranks]
+            return result
+        try:
+            self._run(result)
+        finally:
+            for rank in reversed(self.ranks):
+                rank.rollout.lock = None
+                if rank.lock is not None:
+                    rank.lock.release()  # a no-op once abandoned
+        result.ranks = [r.result for r in self.ranks]
+        return result
+
+    def _lock_all(self) -> None:
+        """Every node's lock, in sorted node order; on a refusal, give back those taken."""
+        taken: list[Rank] = []
+        try:
+            for rank in sorted(self.ranks, key=lambda r: r.node):
+                rollout = rank.rollout
+                rollout.emit("lock", rank.target.deployment)
+                lock = NodeLock(rollout.transport, "deploy", rollout.clock.now(),
+                                unlock_id=rollout.unlock_id)
+                text = lock.acquire(remote.observe(rollout.node.base_dir,
+                                                   [rank.target.deployment]))
+                rank.lock = lock
+                rollout.lock = lock
+                taken.append(rank)
+                observed = rollout._parse_observation(text)
+                rank.observed = observed.deployments.get(rank.target.deployment)
+                rank.item = plan(rank.target.rendered, rank.observed) \
+                    if rank.target.rendered is not None else rank.item
+                rank.result.previous_release = rank.item.current_release
+                rank.result.plan = rank.item
+        except BaseException:
+            for rank in reversed(taken):
+                rank.rollout.lock = None
+                if rank.lock is not None:
+                    rank.lock.release()
+                rank.lock = None
+            raise
+
+    def _run(self, result: MultiNodeResult) -> None:
+        touched = False
+        try:
+            try:
+                for rank in self.ranks:
+                    self._prepare(rank)
+                touched = True
+                for rank in self.ranks:
+                    with rank.rollout.phase(rank.result, "stop"):
+                        if rank.observed is not None and rank.observed.containers:
+                            rank.rollout.transport.run(remote.stop(rank.target.deployment),
+                                                       timeout=300, what="stop the old engine")
+                reports = self._boot_all(self.ranks, restoring=False)
+                for rank in self.ranks:
+                    rank.rollout.check_abort("switch")
+                for rank in self.ranks:
+                    rank.result.health = reports[rank.index]
+                    rank.rollout.commit(rank.result, rank.target, "deploy",
+                                        rank.item.current_release, reports[rank.index])
+                result.status = "deployed"
+            except StepFailed as failed:
+                result.failure = failed.failure
+                for rank in self.ranks:
+                    rank.result.failure = failed.failure
+                self._recover(result, touched)
+        except GaveUp as gave_up:
+            result.status = "interrupted"
+            for rank in self.ranks:
+                rank.rollout.give_up(rank.result, rank.target, "deploy", str(gave_up),
+                                     rank.started)
+
+    def _prepare(self, rank: Rank) -> None:
+        """Preflight, upload, build or pull: nothing that stops the old engine."""
+        rollout, target, item = rank.rollout, rank.target, rank.item
+        with rollout.phase(rank.result, "preflight"):
+            rollout.preflight(target, rank.observed)
+        if item.upload:
+            with rollout.phase(rank.result, "upload"):
+                rollout.upload(target, repair=item.repair)
+        if target.builds_image:
+            with rollout.phase(rank.result, "build"):
+                rollout.transport.run(remote.build(rollout.compose_cmd, rollout.node.base_dir,
+                                                   target.deployment, target.release_id,
+                                                   target.compose_files),
+                                      timeout=3600, idempotent=False,
+                                      what="build the image overlay")
+        else:
+            with rollout.phase(rank.result, "pull"):
+                rollout.pull(target)
+
+    def _up(self, rank: Rank, target: Target, result: DeploymentResult) -> str:
+        rollout = rank.rollout
+        with rollout.phase(result, "up"):
+            done = rollout.transport.run(
+                remote.up(rollout.compose_cmd, rollout.node.base_dir, target.deployment,
+                          target.release_id, target.compose_files),
+                timeout=600, idempotent=False, what="start the engine")
+        rank.started = True
+        return done.text().splitlines()[0].partition("=")[2] if done.stdout else "0"
+
+    def _boot_all(self, ranks: Sequence[Rank], *, restoring: bool,
+                  targets: Mapping[int, Target] | None = None,
+                  results: Mapping[int, DeploymentResult] | None = None,
+                  ) -> dict[int, HealthReport]:
+        """Workers first (each must join), then the head (its gate), then every worker
+        again (still running; the NCCL transport when asked). Raises :class:`StepFailed`
+        naming the node that failed."""
+        targets = targets or {r.index: r.target for r in ranks}
+        results = results or {r.index: r.result for r in ranks}
+        head, workers = ranks[0], ranks[1:]
+        reports: dict[int, HealthReport] = {}
+        joined: dict[int, tuple[str, ...]] = {}
+        for rank in workers:
+            target = targets[rank.index]
+            deadline = rank.rollout.clock.monotonic() + target.gate.boot_deadline_seconds
+            since = self._up(rank, target, results[rank.index])
+            with rank.rollout.phase(results[rank.index], "boot"):
+                joined[rank.index] = self.worker_joined(rank, since, deadline)
+        head_report = head.rollout.boot(results[head.index], targets[head.index])
+        if not head_report.ok:
+            raise StepFailed("health", f"{head.node}: {head_report.summary()}",
+                             head_report.failure_class, head_report.evidence())
+        reports[head.index] = head_report
+        for rank in workers:
+            reports[rank.index] = self._worker_check(rank, targets[rank.index],
+                                                     results[rank.index], joined[rank.index])
+        return reports
+
+    def _worker_check(self, rank: Rank, target: Target, result: DeploymentResult,
+                      joined: tuple[str, ...]) -> HealthReport:
+        rollout = rank.rollout
+        url = f"{rollout.node.name} (headless rank {rank.index})"
+        with rollout.phase(result, "health"):
+            text = rollout.transport.run(remote.container_state(target.deployment),
+                                         what="worker container state").text()
+            running = [c for c in map(parse_container, filter(None, text.splitlines()))
+                       if c.running and c.release_id == target.release_id]
+            rows = [_row("worker joined the head", WORKER_JOINED, "joined", True, joined),
+                    _row("worker container", f"running {target.release_id}",
+                         "running" if running else "not running", bool(running))]
+            if running and self.release.deployment.nccl_debug:
+                rows.append(self._nccl_row(rank))
+            report = HealthReport(url, tuple(rows),
+                                  None if all(r.verdict == "pass" for r in rows)
+                                  else "worker_failed")
+        if not report.ok:
+            raise StepFailed("health", f"{rank.node}: worker rank {rank.index}: "
+                             f"{report.summary()}", report.failure_class, report.evidence())
+        return report
+
+    def _nccl_row(self, rank: Rank) -> Check:
+        """The transport NCCL chose, from the worker's ``NCCL_DEBUG=INFO`` lines."""
+        link = rank.rollout.node.fast_link
+        wanted = NCCL_VIA_IB if link is not None and link.ib_hcas else NCCL_VIA_SOCKET
+        lines = self.worker_log(rank)
+        found = [line for line in lines if NCCL_VIA_IB in line or NCCL_VIA_SOCKET in line]
+        ok = bool(found) and all(wanted in line for line in found)
+        observed = "no NCCL channel line" if not found else (
+            wanted if ok else next(line for line in found if wanted not in line)[-80:])
+        return _row("NCCL transport", wanted, observed, ok, found[:3])
+
+    # -- failure ------------------------------------------------------------------------------
+    def _recover(self, result: MultiNodeResult, touched: bool) -> None:
+        """Stop every started rank; when the old engines were stopped, restore the release
+        that served before on every rank (one id for all), gated as one."""
+        failure = result.failure
+        assert failure is not None
+        for rank in self.ranks:
+            if rank.started:
+                try:
+                    rank.rollout.transport.run(remote.stop(rank.target.deployment,
+                                                           grace_seconds=10),
+                                               timeout=300, what="stop the failed engine")
+                except ServefleetError as error:
+                    rank.result.warnings.append(f"the failed engine could not be stopped: "
+                                                f"{error}")
+        result.status = "failed"
+        if touched:
+            result.restore = self._restore()
+            result.status = "rolled_back" if result.restore.ok else "restore_failed"
+        for rank in self.ranks:
+            rank.result.status = result.status  # type: ignore[assignment]
+            rank.result.restore = result.restore
+            detail = f"{failure.phase}: {failure.message}"
+            if result.restore is not None:
+                detail += (f"; restored {result.restore.release_id}: "
+                           f"{result.restore.message}")
+            with contextlib.suppress(ServefleetError):
+                release_store.audit(rank.rollout.transport, rank.target.deployment,
+                                    rank.rollout.audit_line(
+                                        "deploy", rank.target.deployment,
+                                        rank.target.release_id, result.status, detail))
+
+    def _restore(self) -> Restore:
+        chosen = {r.index: restore_candidate(r.observed, r.target.release_id)
+                  for r in self.ranks}
+        ids = set(chosen.values())
+        if None in ids or len(ids) != 1:
+            shown = ", ".join(f"{r.node} {chosen[r.index] or 'none'}" for r in self.ranks)
+            return Restore("-", False, f"no release served on every rank before ({shown}): "
+                           "nothing restored, no engine serves")
+        release_id = str(ids.pop())
+        for rank in self.ranks:
+            rank.rollout.restoring = True
+            rank.started = False
+        try:
+            targets: dict[int, Target] = {}
+            scratch: dict[int, DeploymentResult] = {}
+            for rank in self.ranks:
+                rank.rollout.emit("restore", rank.target.deployment, f"restoring {release_id}")
+                with rank.rollout.phase(rank.result, "restore"):
+                    manifest = rank.rollout.manifest_of(rank.target.deployment, release_id)
+                targets[rank.index] = rank.rollout.target_from_manifest(
+                    rank.target.deployment, release_id, manifest)
+                scratch[rank.index] = DeploymentResult(rank.node, rank.target.deployment,
+                                                       "failed", release_id)
+            try:
+                reports = self._boot_all(self.ranks, restoring=True, targets=targets,
+                                         results=scratch)
+            finally:
+                for rank in self.ranks:
+                    rank.result.phases += [(f"restore {p}", t)
+                                           for p, t in scratch[rank.index].phases]
+            warnings = []
+            for rank in self.ranks:
+                try:
+                    rank.rollout.mark_gated(rank.target.deployment, release_id)
+                    rank.rollout.transport.run(
+                        remote.switch_current(rank.rollout.node.base_dir,
+                                              rank.target.deployment, release_id),
+                        idempotent=True, what=f"switch current to {release_id}")
+                except ServefleetError as error:
+                    warnings.append(f"{rank.node}: bookkeeping failed: {error}")
+            head = reports[0]
+            return Restore(release_id, True,
+                           f"release {release_id} serves again on "
+                           f"{', '.join(r.node for r in self.ranks)}"
+                           + (f" ({'; '.join(warnings)})" if warnings else ""), head)
+        except StepFailed as failed:
+            for rank in self.ranks:
+                if rank.started:
+                    with contextlib.suppress(ServefleetError):
+                        rank.rollout.transport.run(remote.stop(rank.target.deployment,
+                                                               grace_seconds=10),
+                                                   what="stop the failed restore")
+            return Restore(release_id, False, failed.failure.message)
+        finally:
+            for rank in self.ranks:
+                rank.rollout.restoring = False
+
+
+RolloutFactory = Callable[[str], NodeRollout]
