@@ -1,4 +1,5 @@
-"""KV-pool planner accuracy: every Qwen3.6 KV figure we hold, predicted vs printed.
+"""KV-pool planner accuracy: every Qwen3.6 KV figure we hold, predicted vs printed, and
+every pool vLLM's CPU build printed for the simulated nodes' tiny twin.
 
     .venv/bin/python bench/bench_kvplan.py [--markdown]
 
@@ -11,8 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from servefleet.core.kvplan import load_pinned
-from servefleet.core.kvplan.accuracy import TOLERANCE, table
+from servefleet.core.kvplan import facts_from_config, load_pinned
+from servefleet.core.kvplan.accuracy import TOLERANCE, cpu_table, table
+from servefleet.sim.engines.tiny_qwen3_moe import CONFIG as TINY_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ("models/qwen3.6-35b-a3b.config.json",
@@ -42,6 +44,18 @@ def main() -> int:
               f"{err:+.2%} | {conc} | {row.printed_concurrency or '—'} |")
     if worst is not None:
         print(f"\nworst: {worst.error:+.2%} ({worst.row.source}); tolerance ±{TOLERANCE:.0%}")
+    print("\nvLLM's CPU build (simulated nodes) on the tiny twin:\n")
+    print("| source and inputs | KV space | predicted tokens | printed tokens | error | "
+          "predicted conc. | printed conc. |")
+    print("|---|---|---|---|---|---|---|")
+    cpu = cpu_table(facts_from_config(TINY_CONFIG, "tiny twin"))
+    for res in cpu:
+        row = res.row
+        print(f"| {row.source}; kv {row.kv_dtype}, L {row.max_model_len} | "
+              f"{row.available_gib:g} GiB | {res.predicted_tokens:,} | {row.printed_tokens:,} | "
+              f"{res.error or 0.0:+.2%} | {res.predicted_concurrency:.2f} | "
+              f"{row.printed_concurrency} |")
+    results = results + cpu
     if "--notes" in sys.argv:
         for res in results:
             print(f"- {res.row.source}: {res.note}")

@@ -1,11 +1,21 @@
 """``servefleet tune``: solve a vLLM profile's ``gpu_memory_utilization`` for a KV-pool or
-concurrency target on one node, and print the overlay profile that sets it."""
+concurrency target on one node, and print the overlay profile that sets it.
+
+On a simulated node whose vLLM is the CPU build, the pool is the KV space the engine is
+given, not what a GPU leaves: the overlay sets ``--kv-cache-memory-bytes`` (same meaning on
+a GPU), solved from the tiny twin's config (``servefleet.sim.engines.tiny_qwen3_moe``); the
+node's ``cpu_twin.py`` lets that flag size the pool."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import click
 
 from servefleet.cli.main import CliContext
+
+if TYPE_CHECKING:
+    from servefleet.core.models import Profile
 
 
 @click.command("tune")
@@ -22,6 +32,7 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
     import yaml
 
     from servefleet.core.errors import ConfigError
+    from servefleet.core.expectations import sim_engine_for
     from servefleet.core.kvplan import predict, solve_utilization
     from servefleet.core.kvplan.modelconfig import facts_for_profile
     from servefleet.core.project import PROFILES_DIR, load_nodes, load_profiles
@@ -38,6 +49,11 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
     if profile.vllm is None:
         raise ConfigError(f"profiles/{profile_name}.yaml: engine {profile.engine}: tune plans "
                           "vLLM's KV pool only")
+    cpu = sim_engine_for(profile, node)
+    if cpu is not None and cpu.device == "cpu":
+        click.echo(_cpu_overlay(profile, node_name, cpu.version, target_kv_tokens,
+                                target_concurrency), nl=False)
+        return
     facts = facts_for_profile(obj.project_dir / PROFILES_DIR, profile)
     if facts is None:
         raise ConfigError(f"profiles/{profile_name}.yaml: field model.config is not set; pin the "
@@ -64,3 +80,34 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
                "description": f"{profile_name} tuned for {node_name} by servefleet tune",
                "vllm": {"gpu_memory_utilization": util}}
     click.echo(yaml.safe_dump(overlay, sort_keys=False, allow_unicode=True), nl=False)
+
+
+def _cpu_overlay(profile: Profile, node_name: str, version: str, tokens: int | None,
+                 concurrency: float | None) -> str:
+    """The overlay for a simulated node's CPU build: the least ``--kv-cache-memory-bytes``
+    (whole MiB) whose pool on the tiny twin reaches the target."""
+    import yaml
+
+    from servefleet.core.kvplan import facts_from_config
+    from servefleet.core.kvplan.cpu import KV_BYTES_FLAG, cpu_layout, cpu_pool, solve_kv_bytes
+    from servefleet.core.kvplan.pool import GIB
+    from servefleet.sim.engines.tiny_qwen3_moe import CONFIG
+
+    assert profile.vllm is not None
+    facts = facts_from_config(CONFIG, "the tiny twin (sim/engines/tiny_qwen3_moe.py)")
+    engine = tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
+    kv_bytes = solve_kv_bytes(facts, profile, engine, tokens=tokens, concurrency=concurrency)
+    pool = cpu_pool(facts, profile, engine, kv_bytes)
+    args = [a for a in profile.vllm.extra_args if a.partition("=")[0] != KV_BYTES_FLAG]
+    lines = [
+        f"# {profile.name} on {node_name}: the CPU build of vLLM {version} on {facts.source}",
+        f"# tuned: KV pool {pool.kv_cache_tokens:,} tokens, concurrency at "
+        f"{pool.max_model_len:,} {pool.max_concurrency:.1f}x from {kv_bytes:,} bytes "
+        f"({kv_bytes / GIB:.2f} GiB) of KV space; exact (CPU build: the pool is the space)",
+        f"# layout: {cpu_layout(facts, profile, engine).describe()}",
+    ]
+    overlay = {"extends": profile.name,
+               "description": f"{profile.name} tuned for {node_name} by servefleet tune",
+               "vllm": {"extra_args": [*args, f"{KV_BYTES_FLAG}={kv_bytes}"]}}
+    return "\n".join(lines) + "\n" + yaml.safe_dump(overlay, sort_keys=False,
+                                                      allow_unicode=True)

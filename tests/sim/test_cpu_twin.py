@@ -97,3 +97,25 @@ def test_a_fault_marker_runs_the_stand_in(tmp_path: Path) -> None:
     lines = out.stdout.splitlines()
     assert "fault marker(s) kv_oom set" in lines[0]
     assert lines[-1] == "vllm serve Qwen/X --port 8000"
+
+
+def test_an_explicit_kv_budget_sizes_the_pool_instead_of_the_nodes_kv_space(
+        tmp_path: Path) -> None:
+    # servefleet tune on a simulated node writes --kv-cache-memory-bytes; the node's
+    # VLLM_CPU_KVCACHE_SPACE would win over it in vLLM, so the twin unsets it.
+    args, notes = cpu_twin.rewrite("vllm", ["Qwen/X", "--kv-cache-memory-bytes=805306368"],
+                                   TWIN)
+    assert "--kv-cache-memory-bytes=805306368" in args
+    assert any(n.startswith("--kv-cache-memory-bytes 805306368 kept, VLLM_CPU_KVCACHE_SPACE "
+                            "unset: ") for n in notes)
+    control = tmp_path / "control"
+    control.mkdir()
+    probe = tmp_path / "real-engine"
+    probe.write_text("#!/bin/sh\necho \"space=${VLLM_CPU_KVCACHE_SPACE-unset} $*\"\n")
+    probe.chmod(0o755)
+    env = {**os.environ, "STANDIN_CONTROL_DIR": str(control), "VLLM_CPU_KVCACHE_SPACE": "1",
+           "SIM_ENGINE_ENTRYPOINT": json.dumps([str(probe)]), "SIM_ENGINE_MODEL": TWIN}
+    for extra, space in ((["--kv-cache-memory-bytes", "805306368"], "unset"), ([], "1")):
+        out = subprocess.run([sys.executable, cpu_twin.__file__, "vllm", "Qwen/X", *extra],
+                             env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.splitlines()[-1].startswith(f"space={space} serve {TWIN}")

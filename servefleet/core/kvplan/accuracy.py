@@ -143,6 +143,10 @@ CPU_ROWS: tuple[CpuRow, ...] = (
            "fp8_e4m3", 2048, GIB, 2_097_152, 1024.0),
     CpuRow("vllm-cpu-real/flag-kv-turboquant.log: VLLM_CPU_KVCACHE_SPACE=1, turboquant",
            "turboquant_4bit_nc", 2048, GIB, 1_048_576, 512.0),
+    CpuRow("vllm-cpu-real/kv-space-2g.log: VLLM_CPU_KVCACHE_SPACE=2", "auto", 2048, 2 * GIB,
+           2_097_152, 1024.0),
+    CpuRow("vllm-cpu-real/kv-bytes-0.75g-ctx-4096.log: --kv-cache-memory-bytes 805306368",
+           "auto", 4096, 805_306_368, 786_432, 192.0),
 )
 """Rows from the recorded CPU boots (tests/core/bootlog/data/vllm-cpu-real)."""
 

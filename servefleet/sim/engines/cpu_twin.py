@@ -35,7 +35,8 @@ class Rewrite:
     action: str
     """``drop`` (flag and value), ``set`` (value → :attr:`value`), ``ngram`` (speculative
     decoding → n-gram drafting with the same number of tokens), ``model`` (the model file
-    or id → the tiny twin)."""
+    or id → the tiny twin), ``kvspace`` (kept, and ``VLLM_CPU_KVCACHE_SPACE`` unset so
+    that the flag sizes the KV pool)."""
     why: str
     """Printed in the boot log."""
     value: str | None = None
@@ -56,6 +57,11 @@ VLLM_REWRITES: tuple[Rewrite, ...] = (
             "the tiny twin is an unquantized checkpoint (FP8/NVFP4 kernels are GPU-only)"),
     Rewrite(("--gpu-memory-utilization",), "drop",
             "no GPU: the CPU build sizes its KV pool from VLLM_CPU_KVCACHE_SPACE instead"),
+    Rewrite(("--kv-cache-memory-bytes",), "kvspace",
+            "the KV budget in bytes means the same to the CPU build as to a GPU one, but "
+            "VLLM_CPU_KVCACHE_SPACE (whole GiB, set for every node) would win over it "
+            "(vllm/platforms/cpu.py): the variable is unset so the flag sizes the pool "
+            "(servefleet tune --node <sim node> writes this flag)"),
     Rewrite(("--compilation-config", "-O", "--optimization-level"), "drop",
             "compilation settings choose CUDA graphs and inductor passes; the CPU engine runs "
             "eager (see the flags added below)"),
@@ -82,6 +88,7 @@ LLAMACPP_REWRITES: tuple[Rewrite, ...] = (
             "the profile's GGUF is tens of GiB; the tiny twin is a random model of the same "
             "architecture (qwen35moe) written by llama.cpp's test-llama-archs"),
 )
+KV_BYTES_FLAG = "--kv-cache-memory-bytes"
 REWRITES = {"vllm": VLLM_REWRITES, "llama.cpp": LLAMACPP_REWRITES}
 ADDED = {"vllm": VLLM_ADDED, "llama.cpp": LLAMACPP_ADDED}
 
@@ -156,6 +163,9 @@ def rewrite(engine: str, args: list[str], model: str) -> tuple[list[str], list[s
             new = _ngram(value or "{}")
             notes.append(f"{flag} {value} → {new}: {rule.why}")
             out += [flag, new]
+        elif rule.action == "kvspace":
+            notes.append(f"{flag} {value} kept, VLLM_CPU_KVCACHE_SPACE unset: {rule.why}")
+            out += args[index:index + step]
         elif rule.action == "model":
             notes.append(f"{flag} {value} → {model}: {rule.why}")
             out += [flag, model]
@@ -213,6 +223,8 @@ def main(argv: list[str]) -> int:
     else:
         entry = json.loads(os.environ["SIM_ENGINE_ENTRYPOINT"])
         args, notes = rewrite(engine, args, os.environ["SIM_ENGINE_MODEL"])
+        if any(_rule_key(_split(a)[0]) == KV_BYTES_FLAG for a in args):
+            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
         print(f"{MARK} the real {engine} {os.environ.get('SIM_ENGINE_VERSION', '')} "
               "(CPU build) runs in place of the GPU image", flush=True)
         for note in notes:
