@@ -24,7 +24,7 @@ ranks never run different releases.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from servefleet.adapters import remote
 from servefleet.adapters.health_gate import Check, HealthReport
 from servefleet.adapters.lock import NodeLock
 from servefleet.adapters.rollout import (
+    Abort,
     DeploymentResult,
     Failure,
     GaveUp,
@@ -40,12 +41,17 @@ from servefleet.adapters.rollout import (
     Restore,
     StepFailed,
     Target,
+    TransportFactory,
+    check_rules,
     restore_candidate,
 )
-from servefleet.core.errors import LockHeld, ServefleetError
+from servefleet.adapters.ssh import SshTransport
+from servefleet.core.errors import ConfigError, LockHeld, ServefleetError
 from servefleet.core.observed import ObservedDeployment, parse_container
 from servefleet.core.plan import PlanItem, plan
-from servefleet.core.render.ranks import MultiNodeRelease
+from servefleet.core.project import Project
+from servefleet.core.render.ranks import MultiNodeRelease, render_multinode
+from servefleet.core.secrets import SecretMask
 
 WORKER_JOINED = "headless multiproc executor, with head node address"
 """vLLM's line when a headless rank starts its workers for the head's torch.distributed
@@ -423,4 +429,27 @@ class MultiNodeRollout:
                 rank.rollout.restoring = False
 
 
-RolloutFactory = Callable[[str], NodeRollout]
+def deploy_multinode(project: Project, name: str, secrets: Mapping[str, str] | None = None, *,
+                     transport_factory: TransportFactory | None = None,
+                     abort: Abort | None = None,
+                     runner: type[MultiNodeRollout] = MultiNodeRollout) -> MultiNodeResult:
+    """Validate the project (errors stop here), render the multi-node deployment ``name``
+    and roll it out over one connection per node."""
+    check_rules(project)
+    matches = [d for d in project.stack.multi_node if d.name == name]
+    if not matches:
+        known = ", ".join(d.name for d in project.stack.multi_node) or "none"
+        raise ConfigError(f"{project.stack_file}: servefleet:multiNode has no deployment "
+                          f"{name!r} (known: {known})")
+    release = render_multinode(project, matches[0], secrets)
+    mask = SecretMask.from_mapping(secrets)
+    factory = transport_factory or (lambda node, m: SshTransport(node, mask=m))
+    abort = abort or Abort()
+    with contextlib.ExitStack() as stack:
+        rollouts = {}
+        for node_name in matches[0].nodes:
+            transport = stack.enter_context(factory(project.nodes[node_name], mask))
+            rollouts[node_name] = NodeRollout(project, project.nodes[node_name], transport,
+                                              secrets=secrets, abort=abort)
+        with abort.handling_signals():
+            return runner(release, rollouts).deploy()

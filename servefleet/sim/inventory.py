@@ -168,6 +168,9 @@ def node_document(spec: NodeSpec, node: NodeLayout, *, client_key: Path, host_ke
         "base_dir": str(node.base_dir),
         "hf_cache": str(node.hf_cache),
         "ports": list(PORTS),
+        # The node's end of its veth pair stands in for the ConnectX-7 link: engines that
+        # span sim nodes run Gloo/NCCL sockets over it (no RDMA device, so no ib_hcas).
+        "fast_link": {"interface": "eth0", "address": spec.address},
         "compose_overrides": [str(override)],
         "labels": {"simulated": "true"},
         "sim": {"control_dir": str(node.control_dir),

@@ -187,3 +187,12 @@ def test_an_interruption_restores_both(pair: Pair) -> None:
     assert [pair.running(n) for n in NODES] == [a, a]
     for name in NODES:
         assert pair.transports[name].observed("big").lock_owner is None
+
+
+def test_deploy_multinode_names_an_unknown_deployment(pair: Pair) -> None:
+    from servefleet.adapters.multinode import deploy_multinode
+    from servefleet.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="servefleet:multiNode has no deployment 'nope' "
+                       r"\(known: big\)"):
+        deploy_multinode(pair.project(pair.ports[0]), "nope")

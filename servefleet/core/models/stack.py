@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import Field
 
 from servefleet.core.models.common import Name, StrictModel, Text
+from servefleet.core.models.watch import WatchConfig
 from servefleet.core.models.multinode import MultiNodeDeployment
 
 DEFAULT_DEPLOYMENT = "main"
@@ -61,6 +62,8 @@ class StackConfig(StrictModel):
     """Environment variable names whose values the stack holds as Pulumi secrets."""
     keep_releases: int = Field(5, ge=1, le=100)
     """Releases kept on each node for rollback."""
+    watch: WatchConfig = Field(default_factory=WatchConfig)
+    """``servefleet:watch``: sampling, wedge detection and recovery of ``servefleet watch``."""
 
     def for_node(self, node: str) -> list[Deployment]:
         """The deployments placed on ``node``."""
