@@ -24,6 +24,7 @@ from servefleet.core.multinode_config import (
     multinode_from_config,
 )
 from servefleet.core.pydantic_errors import describe
+from servefleet.core.watch.config import snake_keys
 from servefleet.core.yamlfile import read_yaml
 
 NODES_DIR = "nodes"
@@ -314,6 +315,11 @@ def _strings(value: Any) -> list[str]:
 _STACK_KEYS = {"strategy": "strategy", "keep_releases": "keepReleases"}
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
 def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[str]]:
     """Read the servefleet keys of ``Pulumi.<stack>.yaml``."""
     if not NAME_RE.match(stack):
@@ -340,7 +346,8 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
     problems += multi_problems
     secret_names = [env for key, env in SECRET_KEYS.items() if f"{CONFIG_NS}{key}" in config]
     # forceUnlock (node -> lock id) is read by the Pulumi program, not by the CLI.
-    known = [*_STACK_KEYS.values(), "profiles", "multiNode", "forceUnlock", *SECRET_KEYS]
+    known = [*_STACK_KEYS.values(), "profiles", "multiNode", "forceUnlock", "watch",
+             *SECRET_KEYS]
     for key in config:
         if not isinstance(key, str) or not key.startswith(CONFIG_NS):
             continue  # other providers' settings (aws:region…) are Pulumi's business
@@ -365,9 +372,15 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
         values["strategy"] = config[f"{CONFIG_NS}strategy"]
     if f"{CONFIG_NS}keepReleases" in config:
         values["keep_releases"] = config[f"{CONFIG_NS}keepReleases"]
+    if f"{CONFIG_NS}watch" in config:
+        # Pulumi's camelCase keys (intervalSeconds) as the model's field names.
+        values["watch"] = snake_keys(config[f"{CONFIG_NS}watch"])
 
     def where(loc: tuple[Any, ...]) -> str:
         head = str(loc[0]) if loc else ""
+        if head == "watch" and len(loc) > 1:
+            # The field inside the block, as the operator spells it (recovery.maxRestarts).
+            return CONFIG_NS + "watch." + ".".join(_camel(str(part)) for part in loc[1:])
         return CONFIG_NS + _STACK_KEYS.get(head, head)
 
     try:

@@ -23,8 +23,8 @@ from typing import Literal
 from pydantic import Field
 
 from servefleet.core.models.common import Name, StrictModel, Text
-from servefleet.core.models.watch import WatchConfig
 from servefleet.core.models.multinode import MultiNodeDeployment
+from servefleet.core.models.watch import WatchConfig
 
 DEFAULT_DEPLOYMENT = "main"
 

@@ -63,3 +63,19 @@ def test_watch_config_camel_case_and_defaults() -> None:
     config = watch_from_config({"intervalSeconds": 5, "recovery": {"maxRestarts": 3}})
     assert config.interval_seconds == 5 and config.recovery.max_restarts == 3
     assert watch_from_config(None).wedge_intervals == 4
+
+
+def test_stack_file_watch_block_errors_name_the_field(tmp_path: Path) -> None:
+    from servefleet.core.project import load_stack
+
+    (tmp_path / "Pulumi.x.yaml").write_text(
+        "config:\n  servefleet:profiles:\n    a: p\n  servefleet:watch:\n"
+        "    intervalSeconds: 5\n    recovery: {maxRestarts: 99}\n")
+    stack, _, problems = load_stack(tmp_path, "x")
+    assert stack is None
+    assert problems == ["Pulumi.x.yaml: servefleet:watch.recovery.maxRestarts: Input should be "
+                        "less than or equal to 20 (got 99)"]
+    (tmp_path / "Pulumi.x.yaml").write_text(
+        "config:\n  servefleet:profiles:\n    a: p\n  servefleet:watch:\n    canary: false\n")
+    stack, _, problems = load_stack(tmp_path, "x")
+    assert stack is not None and not stack.watch.canary and not problems
