@@ -61,9 +61,10 @@ from servefleet.core.bootlog.phase import boot_phase
 from servefleet.core.errors import ConfigError, LockHeld, RemoteError, ServefleetError
 from servefleet.core.expectations import derive_expectations
 from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow
+from servefleet.core.kvplan.gate import check_against_prediction, expectations_with_prediction
 from servefleet.core.models import Node, Profile
 from servefleet.core.observed import ObservedContainer, ObservedDeployment, parse_observation
-from servefleet.core.project import Project, profile_identity
+from servefleet.core.project import PROFILES_DIR, Project, profile_identity
 from servefleet.core.secrets import SecretMask
 
 LOG_TIMEOUT_SECONDS = 120
@@ -510,9 +511,20 @@ class DeploymentCheck:
                                       "warn"))
         identity = profile_identity(profile)
         for row in (check_against_baseline(profile, identity, facts, read.book),
-                    check_smaller_than(kv_smaller_than, facts, read.book)):
+                    check_smaller_than(kv_smaller_than, facts, read.book),
+                    self.prediction_row(profile, facts, read)):
             if row is not None:
                 self.rows.append(row)
+
+    def prediction_row(self, profile: Profile, facts: BootFacts,
+                       read: NodeRead) -> CheckRow | None:
+        """The pool against the KV planner's prediction (core.kvplan.gate), calibrated on
+        the node's baselines; needs the project's pinned model configs."""
+        project = self.project
+        expected = expectations_with_prediction(
+            project.root / PROFILES_DIR if project is not None else None, profile, self.node,
+            read.book, project.profiles if project is not None else None)
+        return check_against_prediction(expected, facts)
 
     def record(self, profile: Profile, facts: BootFacts, read: NodeRead,
                release: str | None, *, image: bool = False) -> None:

@@ -67,6 +67,12 @@ class ExpectedHealth(BaseModel):
     engine_version: str = ""
     """Version the engine should report (``/version``, ``/props`` build): the profile's
     ``engine_version``, or on a simulated node the version of the CPU build that runs."""
+    predicted_kv_cache_tokens: int | None = None
+    """The KV planner's predicted pool on this node (``None``: no prediction)."""
+    predicted_kv_basis: str = ""
+    """How it was predicted (``estimated from config.json``, ``calibrated on …``)."""
+    kv_prediction_tolerance: float = 0.25
+    """A pool below ``predicted × (1 − this)`` fails the gate."""
     notes: tuple[str, ...] = ()
     """One line per derived value or adjustment, saying why."""
 
@@ -110,7 +116,12 @@ def _substituted(expected: ExpectedHealth, engine: SimEngine) -> ExpectedHealth:
     expectation for the boot facts it cannot show, each said in the notes."""
     notes = [f"simulated node: {engine.why}"]
     update: dict[str, object] = {"engine_version": engine.version}
-    for fact in engine.unshown:
+    unshown = list(engine.unshown)
+    # A CPU build never shows the pool a GPU would leave, even where the node's inventory
+    # was written before the planner's prediction joined the gate.
+    if engine.device == "cpu" and "predicted_kv_cache_tokens" not in unshown:
+        unshown.append("predicted_kv_cache_tokens")
+    for fact in unshown:
         if getattr(expected, fact) is not None:
             update[fact] = None
             notes.append(f"simulated node: {fact} not checked (a {engine.device.upper()} "
@@ -118,8 +129,10 @@ def _substituted(expected: ExpectedHealth, engine: SimEngine) -> ExpectedHealth:
     return expected.model_copy(update={**update, "notes": (*expected.notes, *notes)})
 
 
-def derive_expectations(profile: Profile, node: Node) -> ExpectedHealth:
-    """The expectations of ``profile`` booted on ``node`` (pure; see the module docstring)."""
+def derive_expectations(profile: Profile, node: Node, *, predicted_kv: int | None = None,
+                        predicted_basis: str = "") -> ExpectedHealth:
+    """The expectations of ``profile`` booted on ``node`` (pure; see the module docstring);
+    ``predicted_kv``: the KV planner's pool for it (:mod:`servefleet.core.kvplan.gate`)."""
     health = profile.health
     notes: list[str] = []
     mode: CudaGraphMode | None = None
@@ -194,6 +207,9 @@ def derive_expectations(profile: Profile, node: Node) -> ExpectedHealth:
         boot_deadline_seconds=health.boot_deadline_seconds,
         engine_version=profile.engine_version,
         kv_cache_dtype=profile.vllm.kv_cache_dtype if profile.vllm else None,
+        predicted_kv_cache_tokens=predicted_kv,
+        predicted_kv_basis=predicted_basis,
+        kv_prediction_tolerance=health.kv_prediction_tolerance,
         notes=tuple(notes),
     )
     substitute = sim_engine_for(profile, node)

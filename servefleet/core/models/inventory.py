@@ -94,7 +94,7 @@ class Gpu(StrictModel):
 
 
 UnshownFact = Literal["cudagraph_mode", "attention_backend", "kv_smaller_than",
-                      "kv_cache_dtype"]
+                      "kv_cache_dtype", "predicted_kv_cache_tokens"]
 """Boot facts a substituted engine cannot show (a CPU build has no CUDA graphs)."""
 
 

@@ -358,6 +358,9 @@ class HealthExpectations(StrictModel):
     """Give up on a boot after this long (a 42-shard load takes ~5 minutes)."""
     kv_tolerance: float = Field(0.05, ge=0, le=1)
     """Relative change of the KV pool against the node's baseline that is flagged."""
+    kv_prediction_tolerance: float = Field(0.25, ge=0, le=1, exclude=True)
+    """How far below the planner's predicted KV pool a boot may land before the gate fails
+    (left out of the profile identity: it judges a boot, it does not change one)."""
     chat_probe: bool = True
     """Send one short chat completion (thinking off) and require content."""
     determinism: DeterminismSettings = Field(default_factory=DeterminismSettings)

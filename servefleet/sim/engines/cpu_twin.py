@@ -98,6 +98,8 @@ UNSHOWN = {
         "attention_backend": "one CPU attention backend, whatever the profile selects",
         "kv_smaller_than": "n-gram drafting keeps no draft state in the KV pool, so the "
                            "pool does not shrink as it does with MTP on a GB10",
+        "predicted_kv_cache_tokens": "the pool is VLLM_CPU_KVCACHE_SPACE on the tiny twin, "
+                                     "not what the GPU of the node's shape would leave",
     },
     "llama.cpp": {},
 }
