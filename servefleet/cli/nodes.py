@@ -17,12 +17,13 @@ if TYPE_CHECKING:
 def _node(obj: CliContext, name: str) -> Node:
     from servefleet.core.errors import ConfigError
     from servefleet.core.project import load_nodes
+    from servefleet.core.suggest import unknown_name
 
     nodes, _, problems = load_nodes(obj.project_dir)
     if name not in nodes:
         if problems:
             raise ConfigError(problems)
-        raise ConfigError(f"no node {name!r} in nodes/ (known: {', '.join(sorted(nodes))})")
+        raise ConfigError(unknown_name("node", name, nodes, "nodes/"))
     return nodes[name]
 
 

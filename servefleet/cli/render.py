@@ -102,13 +102,14 @@ def render_command(obj: CliContext, nodes: tuple[str, ...], all_nodes: bool, out
 def _load_profile(root: Path, name: str) -> Profile:
     from servefleet.core.errors import ConfigError
     from servefleet.core.project import load_profiles
+    from servefleet.core.suggest import unknown_name
 
     profiles, _, _, problems = load_profiles(root)
     if name in profiles:
         return profiles[name]
     if problems:
         raise ConfigError(problems)
-    raise ConfigError(f"no profile {name!r} in profiles/ (known: {', '.join(sorted(profiles))})")
+    raise ConfigError(unknown_name("profile", name, profiles, "profiles/"))
 
 
 def _show_data(profile: Profile, port: int) -> dict[str, Any]:

@@ -36,15 +36,17 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
     from servefleet.core.kvplan import predict, solve_utilization
     from servefleet.core.kvplan.modelconfig import facts_for_profile
     from servefleet.core.project import PROFILES_DIR, load_nodes, load_profiles
+    from servefleet.core.suggest import unknown_name
 
     if (target_kv_tokens is None) == (target_concurrency is None):
         raise click.UsageError("give exactly one of --target-kv-tokens or --target-concurrency")
     profiles, _, _, problems = load_profiles(obj.project_dir)
     nodes, _, node_problems = load_nodes(obj.project_dir)
     if profile_name not in profiles:
-        raise ConfigError(problems or f"no profile {profile_name!r} in profiles/")
+        raise ConfigError(problems or unknown_name("profile", profile_name, profiles,
+                                                   "profiles/"))
     if node_name not in nodes:
-        raise ConfigError(node_problems or f"no node {node_name!r} in nodes/")
+        raise ConfigError(node_problems or unknown_name("node", node_name, nodes, "nodes/"))
     profile, node = profiles[profile_name], nodes[node_name]
     if profile.vllm is None:
         raise ConfigError(f"profiles/{profile_name}.yaml: engine {profile.engine}: tune plans "

@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from servefleet.core.multinode_config import (
     multinode_from_config,
 )
 from servefleet.core.pydantic_errors import describe
+from servefleet.core.suggest import did_you_mean, unknown_name
 from servefleet.core.watch.config import snake_keys
 from servefleet.core.yamlfile import read_yaml
 
@@ -101,7 +103,7 @@ def load_nodes(root: Path) -> tuple[dict[str, Node], dict[str, str], list[str]]:
         try:
             node = Node.model_validate(data)
         except ValidationError as error:
-            problems.extend(describe(error, rel))
+            problems.extend(describe(error, rel, model=Node, schema="node"))
             continue
         if node.name != path.stem:
             problems.append(f"{rel}: name: {node.name!r} differs from the file name "
@@ -170,8 +172,9 @@ def load_profiles(
             if parent is None:
                 break
             if not isinstance(parent, str) or parent not in raw:
+                hint = did_you_mean(str(parent), raw)
                 problems.append(f"{files[current]}: extends: no profile named {parent!r} "
-                                f"in {PROFILES_DIR}/ (known: {', '.join(sorted(raw))})")
+                                f"in {PROFILES_DIR}/ ({hint}known: {', '.join(sorted(raw))})")
                 broken = True
                 break
             if parent in chain:
@@ -189,8 +192,29 @@ def load_profiles(
         try:
             profiles[name] = Profile.model_validate(merged)
         except ValidationError as error:
-            problems.extend(describe(error, files[name]))
+            chain_files = [files[n] for n in chain]
+            for line in describe(error, files[name], model=Profile, schema="profile",
+                                 source_of=partial(_layer_with, layers, chain_files)):
+                if line not in problems:  # an inherited error: reported once, by its file
+                    problems.append(line)
     return profiles, files, raw, problems
+
+
+def _layer_with(layers: list[dict[str, Any]], chain_files: list[str],
+                loc: tuple[Any, ...]) -> str:
+    """The file of the nearest layer of an ``extends`` chain (the profile itself first) that
+    sets the value at ``loc``; a missing field belongs to the root of the chain."""
+    for layer, file in zip(layers, chain_files, strict=True):
+        value: Any = layer
+        for part in loc:
+            present = part in value if isinstance(value, dict) else (
+                isinstance(value, list) and isinstance(part, int) and part < len(value))
+            if not present:
+                break
+            value = value[part]
+        else:
+            return file
+    return chain_files[len(layers) - 1] if loc and loc[0] not in layers[0] else chain_files[0]
 
 
 def _key(value: Any) -> str:
@@ -239,7 +263,8 @@ def _deployments_from_config(
         try:
             deployments.append(Deployment.model_validate(values))
         except ValidationError as error:
-            problems.extend(describe(error, source, where=_deployment_where(path, one_line)))
+            problems.extend(describe(error, source, where=_deployment_where(path, one_line),
+                                     schema="stack"))
     return deployments, problems
 
 
@@ -329,7 +354,9 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
     path = root / rel
     if not path.exists():
         known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
-        return None, rel, [f"{rel}: no such stack file (stacks here: {', '.join(known) or 'none'})"]
+        hint = did_you_mean(stack, known)
+        return None, rel, [f"{rel}: no such stack file ({hint}stacks here: "
+                           f"{', '.join(known) or 'none'})"]
     try:
         data = read_yaml(path, rel)
     except ConfigError as error:
@@ -360,7 +387,8 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
             secret_names.append(name)
         elif key[len(CONFIG_NS):].split(".", 1)[0] not in known:
             shown = key if key.isprintable() and " " not in key else repr(key)
-            problems.append(f"{rel}: {shown}: unknown setting (known: "
+            hint = did_you_mean(key, [CONFIG_NS + k for k in known])
+            problems.append(f"{rel}: {shown}: unknown setting ({hint}known: "
                             f"{', '.join(CONFIG_NS + k for k in [*known, 'secretEnv.NAME'])})")
     values: dict[str, Any] = {
         "stack": stack,
@@ -386,11 +414,14 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
     try:
         return StackConfig.model_validate(values), rel, problems
     except ValidationError as error:
-        return None, rel, [*problems, *describe(error, rel, where=where)]
+        return None, rel, [*problems, *describe(error, rel, where=where, schema="stack")]
 
 
 def _check_references(project_nodes: dict[str, Node], profiles: dict[str, Profile],
-                      stack: StackConfig, source: str) -> list[str]:
+                      stack: StackConfig, source: str,
+                      profile_files: Collection[str] = ()) -> list[str]:
+    """Nodes and profiles the stack names that do not exist. A profile whose file exists but
+    did not load (``profile_files``) is not named again: its own error says why."""
     problems = []
     seen: set[str] = set()
     for dep in stack.deployments:
@@ -398,10 +429,13 @@ def _check_references(project_nodes: dict[str, Node], profiles: dict[str, Profil
         if dep.node not in project_nodes:
             hint = " (run `servefleet sim up` to create the simulated nodes)" if \
                 dep.node.startswith("sim-") else ""
-            problems.append(f"{where}: no node {dep.node!r} in {NODES_DIR}/{hint}")
-        if dep.profile not in profiles:
-            problems.append(f"{where}: no profile {dep.profile!r} in {PROFILES_DIR}/ "
-                            f"(known: {', '.join(sorted(profiles))})")
+            problems.append(f"{where}: "
+                            + unknown_name("node", dep.node, project_nodes, f"{NODES_DIR}/")
+                            + hint)
+        if dep.profile not in profiles and dep.profile not in profile_files:
+            problems.append(f"{where}: "
+                            + unknown_name("profile", dep.profile, profile_files or profiles,
+                                           f"{PROFILES_DIR}/"))
         if dep.key in seen:
             problems.append(f"{where}: deployment {dep.name!r} is defined twice")
         seen.add(dep.key)
@@ -417,7 +451,7 @@ def load_project(root: Path, stack: str) -> Project:
     stack_config, stack_file, stack_problems = load_stack(root, stack)
     problems += stack_problems
     if stack_config is not None:
-        problems += _check_references(nodes, profiles, stack_config, stack_file)
+        problems += _check_references(nodes, profiles, stack_config, stack_file, raw)
         problems += check_multinode_references(nodes, profiles, stack_config.multi_node,
                                                stack_file)
     if problems or stack_config is None:

@@ -128,6 +128,15 @@ def stack_schema() -> dict[str, Any]:
                                  f"{CONFIG_NS}{key} …`."}
            for key, env in SECRET_KEYS.items()},
     }
+    # Settings added to StackConfig later (their nested keys are camelCase in the file, the
+    # model's are snake_case): known as keys, their content left to `servefleet validate`.
+    handled = {"stack", "deployments", "multi_node", "secret_names", "strategy",
+               "keep_releases"}
+    for field_name, info in StackConfig.model_fields.items():
+        if field_name not in handled:
+            head, *rest = field_name.split("_")
+            key = CONFIG_NS + head + "".join(part.title() for part in rest)
+            properties.setdefault(key, {"description": info.description or field_name})
     config = {
         "type": "object", "properties": properties, "additionalProperties": False,
         "patternProperties": {

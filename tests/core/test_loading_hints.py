@@ -1,0 +1,106 @@
+"""Load errors that teach: did-you-mean for fields, profiles, nodes and stacks; an error in
+an inherited setting reported once, at the file that has it, with no follow-on errors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from servefleet.core.errors import ConfigError
+from servefleet.core.project import load_project
+from servefleet.core.suggest import closest, unknown_name
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KNOWN_PROFILES = ("qwen36-fp8, qwen36-fp8-mtp, qwen36-nvfp4-tq, qwen36-q4-llamacpp, "
+                  "qwen36-w8a16, qwen36-w8a16-1m")
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(REPO_ROOT / "nodes", root / "nodes", ignore=shutil.ignore_patterns("sim"))
+    shutil.copytree(REPO_ROOT / "profiles", root / "profiles")
+    shutil.copy(REPO_ROOT / "Pulumi.reference.yaml", root / "Pulumi.reference.yaml")
+    return root
+
+
+def _problems(root: Path, stack: str = "reference") -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_project(root, stack)
+    return caught.value.problems
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_typo_in_an_inherited_field_is_reported_once_at_its_file(root: Path) -> None:
+    _edit(root / "profiles/qwen36-fp8.yaml", "gpu_memory_utilization:", "gpu_memory_utilisation:")
+    # qwen36-fp8-mtp extends qwen36-fp8 and the stack uses both: still one line, no
+    # "no profile 'qwen36-fp8'" after it.
+    assert _problems(root) == [
+        "profiles/qwen36-fp8.yaml: vllm.gpu_memory_utilisation: unknown field (did you mean "
+        "'gpu_memory_utilization'?; `servefleet schema profile` lists the fields)"]
+
+
+def test_an_error_in_the_child_stays_the_childs(root: Path) -> None:
+    _edit(root / "profiles/qwen36-fp8-mtp.yaml", "num_speculative_tokens:",
+          "num_speculativ_tokens:")
+    assert _problems(root) == [
+        "profiles/qwen36-fp8-mtp.yaml: vllm.speculative.num_speculative_tokens: required field "
+        "is missing",
+        "profiles/qwen36-fp8-mtp.yaml: vllm.speculative.num_speculativ_tokens: unknown field "
+        "(did you mean 'num_speculative_tokens'?; `servefleet schema profile` lists the "
+        "fields)"]
+
+
+def test_unknown_node_field_names_the_closest(root: Path) -> None:
+    _edit(root / "nodes/rtx5090.yaml", "address:", "adress:")
+    assert ("nodes/rtx5090.yaml: adress: unknown field (did you mean 'address'?; "
+            "`servefleet schema node` lists the fields)") in _problems(root)
+
+
+def test_typo_in_a_stack_profile_name(root: Path) -> None:
+    _edit(root / "Pulumi.reference.yaml", "rtx5090: qwen36-q4-llamacpp",
+          "rtx5090: qwen36-q4-llamacp")
+    assert _problems(root) == [
+        "Pulumi.reference.yaml: servefleet:profiles.rtx5090: no profile 'qwen36-q4-llamacp' in "
+        f"profiles/ (did you mean 'qwen36-q4-llamacpp'?; known: {KNOWN_PROFILES})"]
+
+
+def test_typo_in_a_stack_node_name(root: Path) -> None:
+    _edit(root / "Pulumi.reference.yaml", "rtx5090: qwen36", "rtx5900: qwen36")
+    assert _problems(root) == [
+        "Pulumi.reference.yaml: servefleet:profiles.rtx5900: no node 'rtx5900' in nodes/ "
+        "(did you mean 'rtx5090'?; known: dgx-spark-1, dgx-spark-2, rtx5090)"]
+
+
+def test_typo_in_extends(root: Path) -> None:
+    _edit(root / "profiles/qwen36-fp8-mtp.yaml", "extends: qwen36-fp8", "extends: qwen36-fp")
+    assert _problems(root) == [
+        "profiles/qwen36-fp8-mtp.yaml: extends: no profile named 'qwen36-fp' in profiles/ "
+        f"(did you mean 'qwen36-fp8'?; known: {KNOWN_PROFILES})"]
+
+
+def test_typo_in_the_stack_name(root: Path) -> None:
+    assert _problems(root, "referense") == [
+        "Pulumi.referense.yaml: no such stack file (did you mean 'reference'?; stacks here: "
+        "reference)"]
+
+
+def test_typo_in_a_stack_setting(root: Path) -> None:
+    _edit(root / "Pulumi.reference.yaml", "servefleet:strategy:", "servefleet:stratgy:")
+    problems = _problems(root)
+    assert len(problems) == 1
+    assert problems[0].startswith("Pulumi.reference.yaml: servefleet:stratgy: unknown setting "
+                                  "(did you mean 'servefleet:strategy'?; known: ")
+
+
+def test_no_suggestion_when_nothing_is_close() -> None:
+    assert closest("zzz", ["qwen36-fp8"]) is None
+    assert unknown_name("profile", "zzz", ["b", "a"], "profiles/") == \
+        "no profile 'zzz' in profiles/ (known: a, b)"
