@@ -1,0 +1,119 @@
+"""Recovery through the rollout machinery: the node lock, the boot gate, the audit line and
+the restore of the last-known-good release are :class:`NodeRollout`'s; nothing here runs a
+docker command of its own beside them, except the plain ``stop`` of the last rung."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+
+from servefleet.adapters import releases as release_store
+from servefleet.adapters import remote
+from servefleet.adapters.gpu_probe import run_probe
+from servefleet.adapters.lock import NodeLock
+from servefleet.adapters.rollout import Clock, NodeRollout, TransportFactory
+from servefleet.adapters.ssh import SshTransport
+from servefleet.core.errors import ServefleetError
+from servefleet.core.gpu import free_memory_check
+from servefleet.core.models import Node
+from servefleet.core.observed import ObservedDeployment, parse_observation
+from servefleet.core.project import Project
+from servefleet.core.secrets import SecretMask
+from servefleet.core.watch.policy import Decision
+
+MEMORY_POLL_SECONDS = 5.0
+
+
+def restore_target(observed: ObservedDeployment) -> str | None:
+    """The release the last-known-good rung starts: ``last-good`` unless it is what runs
+    now (then ``previous``); only a release whose folder is on the node."""
+    for release in (observed.last_good, observed.previous_release):
+        if release and release != observed.current_release and release in observed.releases:
+            return release
+    return None
+
+
+def wait_for_memory(transport: SshTransport, node: Node, utilization: float, deadline: float,
+                    clock: Clock) -> str | None:
+    """Poll the node's GPU probe until the profile's share of memory is free again; None
+    when it is, else the last reading's complaint (past ``deadline``)."""
+    def run_remote(argv: list[str], stdin: bytes) -> tuple[int, bytes, bytes]:
+        done = transport.run(argv, stdin=stdin, check=False, what="GPU probe")
+        return done.exit_status, done.stdout, done.stderr
+
+    while True:
+        problem = free_memory_check(run_probe(run_remote, node=node.name), utilization,
+                                    node.unified_memory)
+        if problem is None or clock.monotonic() >= deadline:
+            return problem
+        clock.sleep(MEMORY_POLL_SECONDS)
+
+
+class Recovery:
+    """Carries out a :class:`Decision` on one deployment; one line says what came of it."""
+
+    def __init__(self, project: Project, *, secrets: Mapping[str, str] | None = None,
+                 transport_factory: TransportFactory | None = None,
+                 clock: Clock | None = None, memory_wait_seconds: float = 300) -> None:
+        self.project = project
+        self.secrets = dict(secrets or {})
+        self.factory: Callable[[Node, SecretMask], SshTransport] = (
+            transport_factory or (lambda node, mask: SshTransport(node, mask=mask)))
+        self.clock = clock or Clock()
+        self.memory_wait_seconds = memory_wait_seconds
+
+    def execute(self, node_name: str, deployment: str, decision: Decision) -> str:
+        """Do ``decision.action`` under the node lock; the outcome in one line."""
+        node = self.project.nodes[node_name]
+        operation = f"watch-{decision.action.replace('_', '-')}"
+        with self.factory(node, SecretMask.from_mapping(self.secrets)) as transport:
+            rollout = NodeRollout(self.project, node, transport, secrets=self.secrets,
+                                  clock=self.clock)
+            with contextlib.suppress(ServefleetError):
+                release_store.audit(transport, deployment, rollout.audit_line(
+                    "watch", deployment, None, decision.action, decision.reason))
+            lock = NodeLock(transport, operation, self.clock.now())
+            text = lock.acquire(remote.observe(node.base_dir, [deployment]))
+            rollout.lock = lock
+            try:
+                return self._under_lock(rollout, transport, node, deployment, decision,
+                                        operation, text)
+            finally:
+                rollout.lock = None
+                lock.release()
+
+    def _under_lock(self, rollout: NodeRollout, transport: SshTransport, node: Node,
+                    deployment: str, decision: Decision, operation: str, text: str) -> str:
+        observed = parse_observation(text).deployments.get(deployment)
+        if observed is None:
+            return f"{node.name}/{deployment}: never deployed here: nothing to recover"
+        if decision.action == "stop_and_alert":
+            transport.run(remote.stop(deployment), timeout=300, what="stop the engine")
+            release_store.audit(transport, deployment, rollout.audit_line(
+                operation, deployment, observed.current_release, "stopped", decision.reason))
+            return f"stopped {node.name}/{deployment}; deploy to bring it back"
+        release = (observed.current_release if decision.action == "restart"
+                   else restore_target(observed))
+        if release is None:
+            return (f"{node.name}/{deployment}: no release to "
+                    f"{'restart' if decision.action == 'restart' else 'fall back to'}")
+        target = rollout.target_from_manifest(deployment, release,
+                                              rollout.manifest_of(deployment, release))
+        if decision.wait_for_memory and target.utilization is not None:
+            # Stop first, then wait: a unified-memory pool is given back slowly, and an
+            # engine started before it is back fails (or leaks more) at once.
+            transport.run(remote.stop(deployment), timeout=300, what="stop the engine")
+            problem = wait_for_memory(transport, node, target.utilization,
+                                      self.clock.monotonic() + self.memory_wait_seconds,
+                                      self.clock)
+            if problem is not None:
+                release_store.audit(transport, deployment, rollout.audit_line(
+                    operation, deployment, release, "memory-not-back", problem))
+                return f"{node.name}/{deployment}: not restarted, memory not back: {problem}"
+        result = rollout.activate(target, observed, operation)
+        line = f"{node.name}/{deployment}: {decision.action} {release}: {result.status}"
+        if result.failure is not None:
+            line += f" ({result.failure.phase}: {result.failure.message})"
+        if result.restore is not None:
+            line += f"; restored {result.restore.release_id}: {result.restore.message}"
+        return line
