@@ -85,6 +85,26 @@ def show_findings(console: Console, project: Project) -> None:
             console.print(Text(f"warning: {finding}", style="yellow"))
 
 
+def node_line(node: str, message: str) -> str:
+    """``node: message``, the node named once (errors from the SSH layer already start
+    with it)."""
+    return message if message.startswith(f"{node}: ") else f"{node}: {message}"
+
+
+def uncomparable(project: Project, nodes: Sequence[str] | None,
+                 missing: Sequence[str]) -> list[str]:
+    """One line per missing secret: the deployments whose release id it is part of, which
+    plan cannot compare with what runs (the ids would differ whatever the node holds)."""
+    lines = []
+    for name in missing:
+        keys = [d.key for d in project.deployments(list(nodes) if nodes else None)
+                if name in project.profiles[d.profile].secret_env]
+        lines.append(f"{name} is not set in the environment: {', '.join(keys)} cannot be "
+                     f"compared with what runs (their release ids include it) and show as "
+                     f"changed; export {name}=… to compare them")
+    return lines
+
+
 def _missing_error(missing: list[str]) -> ConfigError:
     from servefleet.core.errors import ConfigError
 
@@ -117,7 +137,7 @@ def _print_plan(console: Console, project: Project, items: Iterable[PlanItem],
         if preview is not None:
             console.print(Text(f"    {preview}", style="cyan"))
     for error in errors:
-        console.print(Text(f"{error.node}: {error.error}", style="red"))
+        console.print(Text(node_line(error.node, error.error or error.status), style="red"))
 
 
 @click.command("plan")
@@ -136,19 +156,19 @@ def plan_command(obj: CliContext, nodes: tuple[str, ...], as_json: bool) -> None
     secrets, missing = secrets_from_env(project, nodes)
     if not as_json:
         show_findings(_console(), project)
+        for line in uncomparable(project, nodes, missing):
+            _console().print(Text(f"note: {line}", style="yellow"))
     items, errors = rollout.plan_fleet(project, nodes or None, secrets)
     if as_json:
         click.echo(json.dumps({"plan": [{**i.to_json(), "preview": _preview(project, i)}
                                         for i in items],
                                "errors": [e.to_json() for e in errors],
-                               "missing_secrets": missing}, indent=2))
+                               "missing_secrets": missing,
+                               "uncomparable": uncomparable(project, nodes, missing)},
+                              indent=2))
     else:
         console = _console()
         _print_plan(console, project, items, errors)
-        if missing:
-            console.print(Text(f"note: {', '.join(missing)} not set in the environment: "
-                               "release ids are computed without them and may show changes "
-                               "a deploy would not make", style="yellow"))
     if errors:
         sys.exit(1)
 

@@ -424,14 +424,18 @@ def _check_references(project_nodes: dict[str, Node], profiles: dict[str, Profil
     did not load (``profile_files``) is not named again: its own error says why."""
     problems = []
     seen: set[str] = set()
+    # Simulated nodes exist once `servefleet sim up` wrote nodes/sim/: say so once, not per node.
+    sim_missing = [d.node for d in stack.deployments
+                   if d.node not in project_nodes and d.node.startswith("sim-")]
+    if sim_missing:
+        problems.append(f"{source}: nodes {', '.join(dict.fromkeys(sim_missing))} are "
+                        "simulated and not created yet: run `sudo servefleet sim up` to start "
+                        "the simulated fleet, or pick a stack of real nodes with --stack")
     for dep in stack.deployments:
         where = f"{source}: {CONFIG_NS}profiles.{dep.node}"
-        if dep.node not in project_nodes:
-            hint = " (run `servefleet sim up` to create the simulated nodes)" if \
-                dep.node.startswith("sim-") else ""
+        if dep.node not in project_nodes and dep.node not in sim_missing:
             problems.append(f"{where}: "
-                            + unknown_name("node", dep.node, project_nodes, f"{NODES_DIR}/")
-                            + hint)
+                            + unknown_name("node", dep.node, project_nodes, f"{NODES_DIR}/"))
         if dep.profile not in profiles and dep.profile not in profile_files:
             problems.append(f"{where}: "
                             + unknown_name("profile", dep.profile, profile_files or profiles,
