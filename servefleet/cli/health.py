@@ -60,7 +60,7 @@ def print_report(results: list[DeploymentHealth]) -> None:
     for result in results:
         colour = "green" if result.ok else "yellow" if result.booting else "red"
         click.secho(title_line(result), fg=colour, bold=True)
-        lines = table_lines(result.rows)
+        lines = table_lines(result.rows) if result.rows else []
         if lines:
             click.secho("  " + lines[0], bold=True)
         for row, line in zip(result.rows, lines[1:], strict=True):

@@ -118,7 +118,9 @@ class DeploymentHealth:
 
     @property
     def state(self) -> str:
-        """``healthy``, ``booting`` or ``unhealthy``."""
+        """``healthy``, ``booting``, ``unhealthy`` or ``unreachable`` (nothing read)."""
+        if self.error is not None and not self.rows:
+            return "unreachable"
         return "healthy" if self.ok else "booting" if self.booting else "unhealthy"
 
     @property
@@ -155,7 +157,8 @@ def table_lines(rows: Sequence[HealthRow]) -> list[str]:
 
 
 def title_line(result: DeploymentHealth) -> str:
-    """``node/deployment  profile  release  ->  healthy | UNHEALTHY [class]``."""
+    """``node/deployment  profile  release  ->  healthy | UNHEALTHY [class] | booting (phase)
+    | unreachable: reason`` (the last when nothing could be read from the node)."""
     parts = [f"{result.node}/{result.deployment}"]
     if result.profile:
         parts.append(f"profile {result.profile}")
@@ -163,7 +166,10 @@ def title_line(result: DeploymentHealth) -> str:
         parts.append(f"release {result.release_id}")
     if result.url:
         parts.append(result.url)
-    if result.ok:
+    if result.error is not None and not result.rows:
+        # Nothing was read from the node: the reason is the whole report, not a table.
+        state = "unreachable: " + result.error.removeprefix(f"{result.node}: ")
+    elif result.ok:
         state = "healthy"
     elif result.booting:
         state = f"booting ({result.boot_phase})"
@@ -175,7 +181,7 @@ def title_line(result: DeploymentHealth) -> str:
 def failure_lines(result: DeploymentHealth) -> list[str]:
     """Each failed fact, what was expected and observed, then its proving lines."""
     lines: list[str] = []
-    if result.error is not None:
+    if result.error is not None and result.rows:  # without rows the title line says it
         lines.append(f"  error: {result.error}")
     for row in result.failures:
         lines.append(f"  FAILED {row.fact}: expected {row.expected}, observed {row.observed}")

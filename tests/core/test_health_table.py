@@ -28,7 +28,8 @@ FAILED = DeploymentHealth(
           CheckRow("boot outcome", "ready", "failed: kv_cache_oom", "fail",
                    (OOM_LINE, *[f"L{n}: traceback" for n in range(6, 16)]))),
     failure_class="kv_cache_oom")
-UNREACHABLE = DeploymentHealth("sim-5090", "main", (), error="sim-5090: unreachable")
+UNREACHABLE = DeploymentHealth("sim-5090", "main", (),
+                               error="sim-5090: cannot reach 10.77.1.4:22 (timed out)")
 
 
 def test_table_columns_align() -> None:
@@ -46,7 +47,9 @@ def test_report_names_failed_facts_with_their_proving_lines() -> None:
     assert "  FAILED boot outcome: expected ready, observed failed: kv_cache_oom" in text
     assert f"      {OOM_LINE}" in text
     assert "… 3 more (see --json)" in text  # 11 proving lines, 8 shown
-    assert "  error: sim-5090: unreachable" in text
+    assert "sim-5090/main: unreachable: cannot reach 10.77.1.4:22 (timed out)\n" in text
+    assert "UNHEALTHY" not in text.split("sim-5090/main")[1]
+    assert "error: sim-5090" not in text  # the reason is said once, in the title
     assert text.rstrip().endswith("1 of 3 deployment(s) healthy")
 
 
@@ -59,9 +62,10 @@ def test_json_has_every_row_and_evidence() -> None:
     assert failed["failure_class"] == "kv_cache_oom"
     assert len(failed["checks"][1]["evidence"]) == 11
     assert unreachable == {"node": "sim-5090", "deployment": "main", "ok": False,
-                           "state": "unhealthy", "boot_phase": None, "profile": None,
+                           "state": "unreachable", "boot_phase": None, "profile": None,
                            "release_id": None, "url": None,
-                           "failure_class": None, "facts": {}, "error": "sim-5090: unreachable",
+                           "failure_class": None, "facts": {},
+                           "error": "sim-5090: cannot reach 10.77.1.4:22 (timed out)",
                            "checks": []}
 
 
