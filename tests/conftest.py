@@ -104,6 +104,15 @@ def sim_standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return testbed.write_placeholder_context(tmp_path_factory.mktemp("standin-placeholder"))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that uses the simulated fleet is a ``fleet`` test, marked or not: a
+    ``-m "not fleet"`` run must never start, join or reconfigure the shared fleet (it
+    would flip the stand-in markers under a fleet run going on beside it)."""
+    for item in items:
+        if "sim_fleet" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.fleet)
+
+
 @pytest.fixture(scope="session")
 def sim_fleet(sim_requirements: None, sim_standin_dir: Path) -> Iterator[FleetHandle]:
     """The simulated fleet (three nodes like the reference fleet), up for the session.
