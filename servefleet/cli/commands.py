@@ -21,6 +21,7 @@ ALL: dict[str, str] = {
     "health": "servefleet.cli.health:health_command",
     "drift": "servefleet.cli.drift:drift_command",
     "nightly": "servefleet.cli.drift:nightly_group",
+    "watch": "servefleet.cli.watch:watch_group",
     "probe": "servefleet.cli.nodes:probe_command",
     "keyscan": "servefleet.cli.nodes:keyscan_command",
     "tune": "servefleet.cli.tune:tune_command",

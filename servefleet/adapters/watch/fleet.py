@@ -263,11 +263,15 @@ class FleetWatcher:
             thread.join(timeout)
 
     def run(self, should_stop: Callable[[], bool], on_events: Callable[[list[WatchEvent]], None],
-            sleep: Callable[[float], None] = time.sleep) -> None:
-        """Tick every ``interval_seconds`` until ``should_stop``."""
+            sleep: Callable[[float], None] = time.sleep, ticks: int | None = None) -> None:
+        """Tick every ``interval_seconds`` until ``should_stop`` (or after ``ticks`` ticks)."""
+        done = 0
         while not should_stop():
             started = self.clock()
             on_events(self.tick())
+            done += 1
+            if ticks is not None and done >= ticks:
+                return
             left = self.config.interval_seconds - (self.clock() - started)
             while left > 0 and not should_stop():
                 sleep(min(left, 0.5))
