@@ -34,19 +34,24 @@ from servefleet.adapters.health_gate import Check, HealthReport
 from servefleet.adapters.lock import NodeLock
 from servefleet.adapters.rollout import (
     Abort,
+    Clock,
     DeploymentResult,
     Failure,
     GaveUp,
+    NodeResult,
     NodeRollout,
+    Progress,
     Restore,
     StepFailed,
     Target,
     TransportFactory,
+    _node_error,
     check_rules,
     restore_candidate,
 )
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.errors import ConfigError, LockHeld, ServefleetError
+from servefleet.core.models import MultiNodeDeployment
 from servefleet.core.observed import ObservedDeployment, parse_container
 from servefleet.core.plan import PlanItem, plan
 from servefleet.core.project import Project
@@ -429,12 +434,121 @@ class MultiNodeRollout:
                 rank.rollout.restoring = False
 
 
+def select_multinode(project: Project, nodes: Sequence[str] | None
+                     ) -> tuple[list[str] | None, list[MultiNodeDeployment]]:
+    """Split a command's NODES between the per-node deployments and the engines spanning
+    nodes: ``(nodes for the per-node rollout, multi-node deployments)``.
+
+    No NODES: every per-node deployment (``None``; ``[]`` when the stack has none) and every
+    multi-node deployment. NODES: the per-node deployments on them, and every multi-node
+    deployment with a rank on one of them (all its ranks move together). A name in neither
+    raises :class:`ConfigError`, naming the stack's nodes."""
+    multi = list(project.stack.multi_node)
+    if not nodes:
+        return (None if project.stack.deployments else []), multi
+    spanned = {n for dep in multi for n in dep.nodes}
+    unknown = [n for n in nodes if n not in project.stack.nodes and n not in spanned]
+    if unknown:
+        known = list(dict.fromkeys([*project.stack.nodes, *sorted(spanned)]))
+        raise ConfigError(f"{', '.join(unknown)}: not in stack {project.stack.stack!r} "
+                          f"(its nodes: {', '.join(known) or 'none'})")
+    single = [n for n in nodes if n in project.stack.nodes]
+    return single, [dep for dep in multi if any(n in dep.nodes for n in nodes)]
+
+
+def rank_role(index: int) -> str:
+    """``head`` for rank 0 (serves the API), else ``worker`` (``--headless``)."""
+    return "head" if index == 0 else "worker"
+
+
+@dataclass(frozen=True)
+class MultiNodePlan:
+    """What a deploy would do to one engine spanning nodes, rank by rank."""
+
+    deployment: MultiNodeDeployment
+    """The stack entry."""
+    release_id: str
+    """The one release every rank would run."""
+    items: tuple[PlanItem, ...]
+    """Each rank's plan, in rank order (the head first)."""
+
+    @property
+    def changes(self) -> bool:
+        """True when any rank would change (then every rank restarts)."""
+        return any(item.changes for item in self.items)
+
+    @property
+    def action(self) -> str:
+        """``unchanged``, ``create`` (no rank runs anything yet) or ``update``."""
+        if not self.changes:
+            return "unchanged"
+        return "create" if all(i.current_release is None for i in self.items) else "update"
+
+    def summary_lines(self) -> list[str]:
+        """One line for the engine, one per rank, then each rank's reasons and flag diff."""
+        head = f"{self.deployment.key}: {self.action}"
+        lines = [f"{head} (release {self.release_id} on every rank)" if not self.changes
+                 else f"{head}: release {self.release_id} on every rank, restarted together"]
+        for index, item in enumerate(self.items):
+            now = item.current_release or "none"
+            what = item.engine_state if not item.changes else \
+                f"{now} -> {item.release_id}"
+            lines.append(f"  rank {index} {rank_role(index)} {item.node}: {item.action} "
+                         f"({what})")
+            lines += [f"  {line}" for line in item.summary_lines()[1:]]
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready form for ``servefleet plan --json`` (``multi_node``)."""
+        return {"deployment": self.deployment.key, "name": self.deployment.name,
+                "profile": self.deployment.profile, "action": self.action,
+                "release_id": self.release_id,
+                "ranks": [{"rank": i, "role": rank_role(i), **item.to_json()}
+                          for i, item in enumerate(self.items)]}
+
+
+def _factory(transport_factory: TransportFactory | None) -> TransportFactory:
+    return transport_factory or (lambda node, m: SshTransport(node, mask=m))
+
+
+def plan_multinode(project: Project, deployments: Sequence[MultiNodeDeployment],
+                   secrets: Mapping[str, str] | None = None, *,
+                   transport_factory: TransportFactory | None = None,
+                   ) -> tuple[list[MultiNodePlan], list[NodeResult]]:
+    """Render each multi-node deployment and observe its ranks (read-only). Returns the
+    plans and one error per node that could not be read (a deployment with an unreadable
+    rank has no plan: half a picture would mislead)."""
+    if deployments:
+        check_rules(project)
+    mask = SecretMask.from_mapping(secrets)
+    factory = _factory(transport_factory)
+    clock = Clock()
+    plans: list[MultiNodePlan] = []
+    errors: list[NodeResult] = []
+    for dep in deployments:
+        release = render_multinode(project, dep, secrets, require_secrets=False)
+        items: list[PlanItem] = []
+        for rendered in release.ranks:
+            started = clock.monotonic()
+            try:
+                with factory(project.nodes[rendered.node], mask) as transport:
+                    items += NodeRollout(project, project.nodes[rendered.node],
+                                         transport).plan([rendered])[1]
+            except ServefleetError as error:
+                errors.append(_node_error(rendered.node, error, started, clock))
+        if len(items) == len(release.ranks):
+            plans.append(MultiNodePlan(dep, release.release_id, tuple(items)))
+    return plans, errors
+
+
 def deploy_multinode(project: Project, name: str, secrets: Mapping[str, str] | None = None, *,
                      transport_factory: TransportFactory | None = None,
-                     abort: Abort | None = None,
+                     abort: Abort | None = None, progress: Progress | None = None,
+                     unlock_id: str | None = None,
                      runner: type[MultiNodeRollout] = MultiNodeRollout) -> MultiNodeResult:
     """Validate the project (errors stop here), render the multi-node deployment ``name``
-    and roll it out over one connection per node."""
+    and roll it out over one connection per node. ``progress`` gets every rank's events;
+    ``unlock_id`` removes a lock with that id (``--force-unlock``) on any rank first."""
     check_rules(project)
     matches = [d for d in project.stack.multi_node if d.name == name]
     if not matches:
@@ -443,13 +557,21 @@ def deploy_multinode(project: Project, name: str, secrets: Mapping[str, str] | N
                           f"{name!r} (known: {known})")
     release = render_multinode(project, matches[0], secrets)
     mask = SecretMask.from_mapping(secrets)
-    factory = transport_factory or (lambda node, m: SshTransport(node, mask=m))
+    factory = _factory(transport_factory)
     abort = abort or Abort()
     with contextlib.ExitStack() as stack:
         rollouts = {}
         for node_name in matches[0].nodes:
-            transport = stack.enter_context(factory(project.nodes[node_name], mask))
+            try:
+                transport = stack.enter_context(factory(project.nodes[node_name], mask))
+            except ServefleetError as error:
+                # Nothing was touched on any rank: say which node could not be reached.
+                message = str(error) if str(error).startswith(f"{node_name}: ") \
+                    else f"{node_name}: {error}"
+                return MultiNodeResult(matches[0].key, release.release_id, failure=Failure(
+                    "connect", message, type(error).__name__))
             rollouts[node_name] = NodeRollout(project, project.nodes[node_name], transport,
-                                              secrets=secrets, abort=abort)
+                                              secrets=secrets, abort=abort,
+                                              progress=progress, unlock_id=unlock_id)
         with abort.handling_signals():
             return runner(release, rollouts).deploy()

@@ -12,6 +12,11 @@ names are those the deployed profiles list in ``secret_env``; a missing one is n
 anything is touched. Progress shows per node (phase, elapsed); ``--json`` prints one JSON
 document for machines instead. Exit status: 0 when every node deployed (or was already
 right), 1 otherwise.
+
+Engines spanning nodes (``servefleet:multiNode``) are planned and deployed as one item
+each, rank by rank, after the per-node deployments (a node may carry both, and each
+rollout holds the node lock); NODES selects every such engine with a rank on one of them.
+``rollback`` of one of their ranks is refused: the ranks must run one release.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
     from rich.live import Live
     from rich.table import Table
 
+    from servefleet.adapters.multinode import MultiNodePlan, MultiNodeResult
     from servefleet.adapters.rollout import DeploymentResult, NodeResult, ProgressEvent
     from servefleet.core.errors import ConfigError
     from servefleet.core.plan import PlanItem
@@ -53,12 +59,25 @@ def _console() -> Console:
 
 def secrets_from_env(project: Project, nodes: Sequence[str] | None) -> tuple[dict[str, str],
                                                                              list[str]]:
-    """The secret values the chosen deployments need, from the environment, and the names
-    that are missing."""
-    names = sorted({name for d in project.deployments(list(nodes) if nodes else None)
-                    for name in project.profiles[d.profile].secret_env})
+    """The secret values the chosen deployments need (those spanning nodes included), from
+    the environment, and the names that are missing."""
+    names = sorted({name for profile in _chosen_profiles(project, nodes)
+                    for name in project.profiles[profile].secret_env})
     found = {n: os.environ[n] for n in names if os.environ.get(n)}
     return found, [n for n in names if n not in found]
+
+
+def _chosen_profiles(project: Project, nodes: Sequence[str] | None) -> list[str]:
+    return [profile for _, profile in _chosen_keys(project, nodes)]
+
+
+def _chosen_keys(project: Project, nodes: Sequence[str] | None) -> list[tuple[str, str]]:
+    """``(deployment key, profile)`` of every deployment NODES selects, spanning ones too."""
+    from servefleet.adapters.multinode import select_multinode
+
+    single, multi = select_multinode(project, nodes)
+    chosen = [] if single == [] else project.deployments(single)
+    return [*((d.key, d.profile) for d in chosen), *((d.key, d.profile) for d in multi)]
 
 
 def node_secrets(project: Project, node: str) -> dict[str, str]:
@@ -97,8 +116,8 @@ def uncomparable(project: Project, nodes: Sequence[str] | None,
     plan cannot compare with what runs (the ids would differ whatever the node holds)."""
     lines = []
     for name in missing:
-        keys = [d.key for d in project.deployments(list(nodes) if nodes else None)
-                if name in project.profiles[d.profile].secret_env]
+        keys = [key for key, profile in _chosen_keys(project, nodes)
+                if name in project.profiles[profile].secret_env]
         lines.append(f"{name} is not set in the environment: {', '.join(keys)} cannot be "
                      f"compared with what runs (their release ids include it) and show as "
                      f"changed; export {name}=… to compare them")
@@ -140,6 +159,35 @@ def _print_plan(console: Console, project: Project, items: Iterable[PlanItem],
         console.print(Text(node_line(error.node, error.error or error.status), style="red"))
 
 
+def _print_multinode_plan(console: Console, plans: Iterable[MultiNodePlan]) -> None:
+    from rich.text import Text
+
+    for one in plans:
+        lines = one.summary_lines()
+        style = "dim" if one.action == "unchanged" else \
+            ("green" if one.action == "create" else "yellow")
+        console.print(Text(lines[0], style=style))
+        for line in lines[1:]:
+            console.print(Text(line))
+
+
+def plan_all(project: Project, nodes: Sequence[str] | None, secrets: dict[str, str],
+             ) -> tuple[list[PlanItem], list[MultiNodePlan], list[NodeResult]]:
+    """The per-node plan and the plan of every engine spanning nodes that NODES selects,
+    with the nodes that could not be read."""
+    from servefleet.adapters import rollout
+    from servefleet.adapters.multinode import plan_multinode, select_multinode
+    from servefleet.core.errors import ConfigError
+
+    single, multi = select_multinode(project, nodes)
+    if single == [] and not multi:
+        raise ConfigError(f"stack {project.stack.stack!r} places nothing on "
+                          f"{', '.join(nodes or []) or 'any node'}")
+    items, errors = ([], []) if single == [] else rollout.plan_fleet(project, single, secrets)
+    plans, more = plan_multinode(project, multi, secrets)
+    return items, plans, [*errors, *more]
+
+
 @click.command("plan")
 @click.argument("nodes", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
@@ -149,7 +197,6 @@ def plan_command(obj: CliContext, nodes: tuple[str, ...], as_json: bool) -> None
     per deployment unchanged / update (with the engine-flag diff) / create. Read-only."""
     from rich.text import Text
 
-    from servefleet.adapters import rollout
     from servefleet.core.project import load_project
 
     project = load_project(obj.project_dir, obj.stack)
@@ -158,17 +205,20 @@ def plan_command(obj: CliContext, nodes: tuple[str, ...], as_json: bool) -> None
         show_findings(_console(), project)
         for line in uncomparable(project, nodes, missing):
             _console().print(Text(f"note: {line}", style="yellow"))
-    items, errors = rollout.plan_fleet(project, nodes or None, secrets)
+    items, plans, errors = plan_all(project, nodes, secrets)
     if as_json:
         click.echo(json.dumps({"plan": [{**i.to_json(), "preview": _preview(project, i)}
                                         for i in items],
+                               "multi_node": [p.to_json() for p in plans],
                                "errors": [e.to_json() for e in errors],
                                "missing_secrets": missing,
                                "uncomparable": uncomparable(project, nodes, missing)},
                               indent=2))
     else:
         console = _console()
-        _print_plan(console, project, items, errors)
+        _print_plan(console, project, items, [])
+        _print_multinode_plan(console, plans)
+        _print_plan(console, project, [], errors)
     if errors:
         sys.exit(1)
 
@@ -265,6 +315,37 @@ def print_results(console: Console, results: Sequence[NodeResult]) -> None:
             console.print(Text(warning, style="yellow"))
 
 
+def print_multinode_results(console: Console, results: Sequence[MultiNodeResult]) -> None:
+    """One line per engine spanning nodes, one per rank, then its failure and restore."""
+    from rich.text import Text
+
+    from servefleet.adapters.multinode import rank_role
+
+    for one in results:
+        console.print(Text(f"{one.deployment}: {one.status} (release {one.release_id})",
+                           style=_STATUS_STYLE.get(one.status, "")))
+        for index, dep in enumerate(one.ranks):
+            release = dep.release_id or ""
+            if dep.previous_release and dep.previous_release != dep.release_id:
+                release = f"{dep.previous_release} -> {release}"
+            health = _health_cells(dep)
+            console.print(Text(f"  rank {index} {rank_role(index)} {dep.node}: {dep.status} "
+                               f"{release}" + (f" ({health})" if health else "")))
+            for text in dep.warnings:
+                console.print(Text(f"  {dep.node}/{dep.deployment}: warning: {text}",
+                                   style="yellow"))
+        if one.failure is not None:
+            cls = f" [{one.failure.failure_class}]" if one.failure.failure_class else ""
+            console.print(Text(f"{one.deployment}: failed in {one.failure.phase}{cls}: "
+                               f"{one.failure.message}", style="red"))
+            for line in one.failure.evidence:
+                console.print(Text(f"    {line}", style="dim"))
+        if one.restore is not None:
+            style = "yellow" if one.restore.ok else "bold red"
+            console.print(Text(f"  restore of {one.restore.release_id} on every rank: "
+                               f"{one.restore.message}", style=style))
+
+
 def dep_warnings(node: NodeResult) -> list[str]:
     """``node/deployment: warning: …`` lines (after the switch: the release stays)."""
     return [f"{node.node}/{dep.deployment}: warning: {text}"
@@ -290,6 +371,7 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
     from rich.live import Live
 
     from servefleet.adapters import rollout
+    from servefleet.adapters.multinode import select_multinode
     from servefleet.core.project import load_project
 
     project = load_project(obj.project_dir, obj.stack)
@@ -302,33 +384,75 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
     if not yes:
         if as_json or not sys.stdin.isatty():
             raise click.UsageError("not a terminal: pass --yes to deploy without confirming")
-        items, errors = rollout.plan_fleet(project, nodes or None, secrets)
-        _print_plan(console, project, items, errors)
-        if not any(i.changes for i in items) and not errors:
+        items, plans, errors = plan_all(project, nodes, secrets)
+        _print_plan(console, project, items, [])
+        _print_multinode_plan(console, plans)
+        _print_plan(console, project, [], errors)
+        if not any(i.changes for i in items) and not any(p.changes for p in plans) \
+                and not errors:
             console.print("nothing to deploy: every node runs its release")
             return
         if not click.confirm("deploy these changes?", default=False):
             raise click.Abort()
-    chosen = [d.node for d in project.deployments(list(nodes) if nodes else None)]
+    single, multi = select_multinode(project, nodes)
+    chosen = [] if single == [] else [d.node for d in project.deployments(single)]
+    chosen += [n for dep in multi for n in dep.nodes]
     view = ProgressView(list(dict.fromkeys(chosen)))
     started = time.monotonic()
     run_strategy: rollout.Strategy | None = (
         "rolling" if strategy == "rolling" else "parallel" if strategy == "parallel" else None)
     if as_json:
-        results = rollout.deploy(project, nodes or None, run_strategy, secrets,
-                                 unlock_id=force_unlock)
-        click.echo(json.dumps({"ok": all(r.ok for r in results),
+        results, spanning = _deploy_all(project, single, multi, run_strategy, secrets,
+                                        None, force_unlock)
+        click.echo(json.dumps({"ok": _all_ok(results, spanning),
                                "seconds": round(time.monotonic() - started, 3),
-                               "nodes": [r.to_json() for r in results]}, indent=2))
+                               "nodes": [r.to_json() for r in results],
+                               "multi_node": [r.to_json() for r in spanning]}, indent=2))
     else:
         with Live(view.table(), console=console, refresh_per_second=8,
                   transient=True) as live:
             view.live = live
-            results = rollout.deploy(project, nodes or None, run_strategy, secrets,
-                                     progress=view, unlock_id=force_unlock)
-        print_results(console, results)
-    if not all(r.ok for r in results):
+            results, spanning = _deploy_all(project, single, multi, run_strategy, secrets,
+                                            view, force_unlock)
+        if results:
+            print_results(console, results)
+        print_multinode_results(console, spanning)
+    if not _all_ok(results, spanning):
         sys.exit(1)
+
+
+def _all_ok(results: Sequence[NodeResult], spanning: Sequence[MultiNodeResult]) -> bool:
+    return all(r.ok for r in results) and all(r.ok for r in spanning)
+
+
+def _deploy_all(project: Project, single: list[str] | None, multi: Sequence[Any],
+                strategy: Any, secrets: dict[str, str], progress: ProgressView | None,
+                unlock_id: str | None) -> tuple[list[NodeResult], list[MultiNodeResult]]:
+    """The per-node rollout, then each engine spanning nodes (one after the other: they
+    take the same node locks). Under ``rolling``, or after Ctrl-C, an earlier failure
+    leaves the rest ``skipped``."""
+    from servefleet.adapters import rollout
+    from servefleet.adapters.multinode import MultiNodeResult, deploy_multinode
+    from servefleet.adapters.rollout import Abort, Failure
+
+    abort = Abort()
+    results = [] if single == [] else rollout.deploy(
+        project, single, strategy, secrets, progress=progress, unlock_id=unlock_id,
+        abort=abort)
+    spanning: list[MultiNodeResult] = []
+    rolling = (strategy or project.stack.strategy) == "rolling"
+    for dep in multi:
+        failed = not _all_ok(results, spanning)
+        if abort.requested or (rolling and failed):
+            why = (f"interrupted by {abort.signal_name}" if abort.requested
+                   else "an earlier deployment failed (rolling strategy)")
+            spanning.append(MultiNodeResult(dep.key, "-", "skipped",
+                                            failure=Failure("lock", f"not attempted: {why}",
+                                                            "skipped")))
+            continue
+        spanning.append(deploy_multinode(project, dep.name, secrets, abort=abort,
+                                         progress=progress, unlock_id=unlock_id))
+    return results, spanning
 
 
 # -- rollback, releases, logs ----------------------------------------------------------------
@@ -346,9 +470,19 @@ def rollback_command(obj: CliContext, node: str, deployment: str, to: str | None
     secrets its profile probes with, e.g. an API key, from the environment)."""
     from servefleet.adapters import rollout
     from servefleet.adapters.rollout import NodeResult
+    from servefleet.core.errors import ConfigError
     from servefleet.core.project import load_project
 
     project = load_project(obj.project_dir, obj.stack)
+    for dep in project.stack.multi_node:
+        if dep.name == deployment and node in dep.nodes:
+            # One rank on another release than its peers cannot join them; restoring every
+            # rank is what a deploy of the earlier settings does, gated as one unit.
+            raise ConfigError(
+                f"{project.stack_file}: servefleet:multiNode.{dep.name}: {node} runs a rank "
+                f"of {dep.key}; rolling back one rank is refused (every rank must run one "
+                "release). Fix: put the earlier profile or settings back in the stack "
+                f"file and run `servefleet deploy {dep.head}`, which moves every rank")
     secrets = node_secrets(project, node)
     if not as_json:
         show_findings(_console(), project)
