@@ -73,6 +73,7 @@ from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bootlog.lines import clean_line
 from servefleet.core.errors import ConfigError, RemoteError, ServefleetError, ValidationFailed
 from servefleet.core.gpu import free_memory_check
+from servefleet.core.history import gate_record
 from servefleet.core.models import Deployment, Node, Profile
 from servefleet.core.observed import (
     ObservedDeployment,
@@ -654,7 +655,20 @@ class NodeRollout:
         result.status = "deployed"
         self.finish(result, target.deployment, [target.release_id, previous],
                     self.audit_line(operation, target.deployment, target.release_id, "ok",
-                                    f"previous {previous or '-'}; {report.summary()}"))
+                                    f"previous {previous or '-'}; {report.summary()}"
+                                    + self.gate_record(result, target, report)))
+
+    @staticmethod
+    def gate_record(result: DeploymentResult, target: Target, report: HealthReport | None,
+                    failure_class: str | None = None) -> str:
+        """The audit line's gate record (``servefleet history`` reads it): profile, KV
+        pool, concurrency, CUDA-graph mode, boot seconds (``up`` to ready), failure class."""
+        timed = [seconds for phase, seconds in result.phases if phase in ("up", "boot")]
+        return gate_record(
+            profile=target.profile.name if target.profile is not None else None,
+            facts=report.facts if report is not None else {},
+            boot_seconds=sum(timed) if timed else None,
+            failure_class=failure_class or (report.failure_class if report else None))
 
     def finish(self, result: DeploymentResult, deployment: str, protect: Sequence[str | None],
                audit_line: str) -> None:
@@ -846,6 +860,7 @@ class NodeRollout:
         detail = f"{failure.phase}: {failure.message}"
         if result.restore is not None:
             detail += f"; restored {result.restore.release_id}: {result.restore.message}"
+        detail += self.gate_record(result, target, result.health, failure.failure_class)
         with contextlib.suppress(ServefleetError):
             release_store.audit(self.transport, target.deployment, self.audit_line(
                 operation, target.deployment, target.release_id, result.status, detail))

@@ -17,6 +17,7 @@ ALL: dict[str, str] = {
     "rollback": "servefleet.cli.deploy:rollback_command",
     "unlock": "servefleet.cli.deploy:unlock_command",
     "releases": "servefleet.cli.deploy:releases_command",
+    "history": "servefleet.cli.history:history_command",
     "logs": "servefleet.cli.logs:logs_group",
     "health": "servefleet.cli.health:health_command",
     "drift": "servefleet.cli.drift:drift_command",
