@@ -8,7 +8,10 @@ phase and the lock id. A lock left behind is never broken silently: as with Terr
 ``force-unlock LOCK_ID``, the operator removes exactly that lock with
 ``servefleet unlock NODE LOCK_ID`` (or ``deploy --force-unlock LOCK_ID``; Pulumi:
 ``servefleet:forceUnlock``); a live lock with another id stays. A holder that gave up
-(second signal) marks its lock ``abandoned``; the next rollout takes such a lock over.
+(second signal) marks its lock ``abandoned``; the next rollout takes such a lock over. So
+does a rollout from the same ``user@host`` whose holder process is provably gone (killed
+with SIGKILL, a crashed or rebooted controller): no guess is involved, the process table of
+this very machine says so. A holder on another machine is never presumed dead.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import getpass
 import os
 import secrets
 import socket
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 
 from servefleet.adapters import remote
 from servefleet.adapters.ssh import SshTransport
@@ -48,18 +52,46 @@ def lock_owner(operation: str, now: datetime, lock_id: str | None = None) -> str
            f"op={operation} id={lock_id or new_lock_id()}"
 
 
-def stale_hint(info: LockInfo | None) -> str:
-    """A hint when the holder is a process of this machine that no longer runs."""
-    if info is None or info.pid is None or info.who != whoami():
-        return ""
-    if info.pid == os.getpid():
-        return " (held by this very process)"
+def _started_after(pid: int, since: str | None) -> bool:
+    """Whether process ``pid`` of this machine started after the UTC time ``since`` (then
+    the pid was reused and the lock's holder is gone). False when it cannot be told."""
+    if since is None:
+        return False
+    try:
+        lock_time = datetime.strptime(since, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        ticks = int(fields[19])  # field 22 of stat: start time in clock ticks after boot
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text()
+                    .splitlines() if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    # The lock's time has whole seconds: a process started in the same second may be it.
+    return started > lock_time.timestamp() + 1
+
+
+def holder_is_gone(info: LockInfo | None) -> bool:
+    """The lock's holder is a process of this machine (same ``user@host``) that no longer
+    runs, or whose pid now belongs to a process started after the lock was taken."""
+    if info is None or info.pid is None or info.who != whoami() or info.pid == os.getpid():
+        return False
     try:
         os.kill(info.pid, 0)
     except ProcessLookupError:
-        return f" (process {info.pid} on this machine is gone: the lock is stale)"
+        return True
     except PermissionError:
         pass
+    return _started_after(info.pid, info.since)
+
+
+def stale_hint(info: LockInfo | None) -> str:
+    """A hint when the holder is a process of this machine that no longer runs."""
+    if info is not None and info.pid is not None and info.pid == os.getpid() \
+            and info.who == whoami():
+        return " (held by this very process)"
+    if holder_is_gone(info):
+        assert info is not None
+        return f" (process {info.pid} on this machine is gone: the lock is stale)"
     return ""
 
 
@@ -91,6 +123,8 @@ class NodeLock:
         self.held = False
         self.taken_over: LockInfo | None = None
         """The abandoned lock this one replaced, if any (its phase says what to repair)."""
+        self.holder_gone = False
+        """The replaced lock's holder was a process of this machine that is gone."""
 
     def acquire(self, *then: list[str]) -> str:
         """Take the lock and run ``then`` commands in the same round trip; return their
@@ -103,7 +137,16 @@ class NodeLock:
                                     what="take the node lock")
         text = result.text()
         if result.exit_status == remote.LOCK_HELD_EXIT:
-            raise LockHeld(held_message(node.name, node.base_dir, parse_lock(text), text))
+            info = parse_lock(text)
+            if self.unlock_id is None and info is not None and info.lock_id \
+                    and holder_is_gone(info):
+                # A controller of this machine died holding it: take it over, by its id
+                # (a lock taken meanwhile by anyone else has another id and stays).
+                self.unlock_id = info.lock_id
+                taken = self.acquire(*then)
+                self.taken_over, self.holder_gone = info, True
+                return taken
+            raise LockHeld(held_message(node.name, node.base_dir, info, text))
         self.held = True
         if text.startswith(remote.LOCK_TAKEN_OVER):
             old, _, text = text.partition(remote.LOCK_TAKEN_OVER_END + "\n")

@@ -521,7 +521,9 @@ class NodeRollout:
         self.lock = lock
         try:
             if lock.taken_over is not None:
-                self.emit("lock", message=f"took over the lock abandoned "
+                how = (f"of process {lock.taken_over.pid} on this machine, which is gone,"
+                       if lock.holder_gone else "abandoned")
+                self.emit("lock", message=f"took over the lock {how} "
                           f"{lock.taken_over.where()}: repairing")
             observed = self._parse_observation(text)
             for rendered in releases:
