@@ -234,7 +234,8 @@ class ChartLine:
 
     def text(self, label_width: int) -> str:
         """``release  ████  pool (change)``."""
-        return f"{self.release_id.ljust(label_width)}  {self.bar} {self.value}".rstrip()
+        bar = f"{self.bar} " if self.bar else ""
+        return f"{self.release_id.ljust(label_width)}  {bar}{self.value}"
 
 
 def kv_chart(rows: Sequence[HistoryRow], width: int = 40) -> list[ChartLine]:
