@@ -607,8 +607,11 @@ class NodeRollout:
                 else:
                     with self.phase(result, "pull"):
                         self.pull(target)
-                touched = True
                 with self.phase(result, "stop"):
+                    # Set inside the phase: an abort caught at its start has touched
+                    # nothing, and "restoring" a release that never stopped would re-gate
+                    # an engine whose boot log is long past (and stop it when that fails).
+                    touched = True
                     if observed is not None and observed.containers:
                         self.transport.run(remote.stop(target.deployment), timeout=300,
                                            what="stop the old engine")

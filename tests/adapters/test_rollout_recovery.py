@@ -377,3 +377,23 @@ def test_restore_candidate_never_picks_the_failed_release() -> None:
     gone = dep.model_copy(update={"releases": ("b",)})
     assert restore_candidate(gone, "b") is None
     assert restore_candidate(None, "b") is None
+
+
+def test_a_signal_during_the_pull_leaves_the_old_engine_untouched(scene: Scene) -> None:
+    """The signal arrives while the images are pulled: the abort is seen at the start of
+    the stop, before anything stopped, so nothing is restored (re-gating an engine that
+    never stopped would read a boot log long past, fail, and stop the healthy engine)."""
+    before = scene.transport.docker_state()
+    scene.transport.fault = Fault(UPDATE_STEPS.index("pull the images"), "sigterm")
+    result = deploy(scene.b, scene.transport)
+    [dep_result] = result.deployments
+    assert dep_result.status == "failed", dep_result.to_json()
+    assert dep_result.failure is not None
+    assert dep_result.failure.failure_class == "interrupted"
+    assert dep_result.restore is None
+    labels = scene.transport.labels
+    assert "stop the old engine" not in labels and "start the engine" not in labels
+    dep = dep_of(scene)
+    assert dep.running_release == dep.current_release == scene.release_a
+    assert not dep.ungated
+    assert scene.transport.docker_state()["containers"] == before["containers"]
