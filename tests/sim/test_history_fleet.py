@@ -80,5 +80,6 @@ def test_history_shows_both_releases_and_the_mtp_pool_smaller(
 
     text = run("history", NODE, "-d", DEP, "--last", "2")
     assert text.exit_code == 0, text.output
-    assert second in text.output and "KV pool by release" in text.output
+    assert second is not None and second in text.output
+    assert "KV pool by release" in text.output
     assert "(-" in text.output.splitlines()[-1]  # the MTP bar names the shrink
