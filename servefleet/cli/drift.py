@@ -18,7 +18,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,7 +27,9 @@ from servefleet.cli.main import CliContext
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from servefleet.adapters.drift_collect import CollectOptions
     from servefleet.core.drift import DriftReport
+    from servefleet.core.project import Project
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 """``--timeout``'s default, spelled out so that --help need not import the collector; a test
@@ -106,6 +108,29 @@ def notify(command: str, report: DriftReport) -> str | None:
     return None
 
 
+def _with_multinode(project: Project, nodes: tuple[str, ...], check_fleet: Any,
+                    secrets: dict[str, str], options: CollectOptions) -> DriftReport:
+    """The per-node report of NODES, and one entry per engine spanning nodes with a rank
+    on them (:mod:`servefleet.adapters.drift_collect.multinode`)."""
+    from servefleet.adapters.drift_collect.multinode import check_multinode
+    from servefleet.adapters.multinode import select_multinode
+    from servefleet.core.drift import build_report
+
+    single, multi = select_multinode(project, nodes)
+    report = None if single == [] else check_fleet(project, single, secrets=secrets,
+                                                   options=options)
+    if not multi and report is not None:
+        return report
+    entries = {name: list(node.items) for name, node in (report.nodes.items() if report
+                                                         else ())}
+    entries.update(check_multinode(project, multi, secrets=secrets, options=options))
+    return build_report(entries, stack=project.stack.stack,
+                        checked_at=report.checked_at if report else
+                        datetime.now(UTC).isoformat(timespec="seconds"),
+                        errors=report.errors if report else (),
+                        notes=report.notes if report else ())
+
+
 @click.command("drift", epilog=PULUMI_ROUTE)
 @click.argument("nodes", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
@@ -138,9 +163,8 @@ def drift_command(ctx: CliContext, nodes: tuple[str, ...], as_json: bool, timeou
     started = datetime.now(UTC).isoformat(timespec="seconds")
     try:
         project = load_project(ctx.project_dir, ctx.stack)
-        report = check_fleet(project, list(nodes) or None,
-                             secrets=secrets_from_environment(project),
-                             options=CollectOptions(timeout=timeout, probe=not no_probe))
+        report = _with_multinode(project, nodes, check_fleet, secrets_from_environment(project),
+                                 CollectOptions(timeout=timeout, probe=not no_probe))
     except ConfigError as error:
         report = build_report({}, stack=ctx.stack, checked_at=started, errors=error.problems)
     if as_json:

@@ -27,6 +27,7 @@ import click
 from servefleet.cli.main import CliContext
 
 if TYPE_CHECKING:
+    from servefleet.adapters.node_health import HealthOptions
     from servefleet.core.health_table import DeploymentHealth
     from servefleet.core.project import Project
 
@@ -81,6 +82,25 @@ def exit_status(results: list[DeploymentHealth]) -> int:
     return EXIT_BOOTING if any(r.booting for r in results) else 0
 
 
+def _check(project: Project, nodes: tuple[str, ...], deployments: tuple[str, ...],
+           options: HealthOptions) -> list[DeploymentHealth]:
+    """The per-node deployments NODES select, then each engine spanning nodes (one report
+    each, a block of rows per rank; :mod:`servefleet.adapters.multinode_health`)."""
+    from servefleet.adapters import node_health
+    from servefleet.adapters.multinode import select_multinode
+    from servefleet.adapters.multinode_health import check_multinode_fleet
+
+    single, multi = select_multinode(project, nodes)
+    multi = [d for d in multi if not deployments or d.name in deployments]
+    mine = [] if single == [] else [d for d in project.deployments(single)
+                                    if not deployments or d.name in deployments]
+    # Without a per-node deployment to check, check_fleet names what the stack lacks.
+    results = [] if multi and not mine else node_health.check_fleet(
+        project, single or list(nodes) or None, deployments=deployments or None,
+        options=options)
+    return [*results, *check_multinode_fleet(project, multi, options)]
+
+
 @click.command("health")
 @click.argument("nodes", nargs=-1)
 @click.option("--deployment", "-d", "deployments", multiple=True,
@@ -114,8 +134,7 @@ def health_command(obj: CliContext, nodes: tuple[str, ...], deployments: tuple[s
         determinism=True if determinism else None, wait=wait is not None,
         wait_seconds=None if wait is None or wait == WAIT_UNTIL_DEADLINE else wait,
         rebaseline=rebaseline, secrets=api_secrets(project))
-    results = node_health.check_fleet(project, nodes or None,
-                                      deployments=deployments or None, options=options)
+    results = _check(project, nodes, deployments, options)
     if as_json:
         click.echo(json.dumps(fleet_json(results), indent=2))
     else:

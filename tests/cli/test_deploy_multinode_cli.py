@@ -75,3 +75,22 @@ def test_rollback_of_one_rank_is_refused_with_the_fix(run: Run) -> None:
     assert ("Pulumi.pair.yaml: servefleet:multiNode.big: dgx-spark-2 runs a rank of "
             "big@dgx-spark-1+dgx-spark-2; rolling back one rank is refused") in result.output
     assert "servefleet deploy dgx-spark-1" in result.output
+
+
+def test_health_reports_the_engine_as_one_entry_with_its_ranks(run: Run) -> None:
+    result = run("health", "dgx-spark-2", "--json", env=ENV)
+    assert result.exit_code == 1
+    [entry] = json.loads(result.output)["deployments"]
+    assert (entry["node"], entry["deployment"]) == ("dgx-spark-1+dgx-spark-2", "big")
+    assert [r["fact"] for r in entry["checks"] if r["fact"].startswith("rank")] == [
+        "rank 0 head dgx-spark-1", "rank 1 worker dgx-spark-2"]
+
+
+def test_drift_reports_the_engine_as_one_entry_with_its_ranks(run: Run) -> None:
+    result = run("drift", "--json", "--no-probe", "--timeout", "5", env=ENV)
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert set(data["nodes"]) == {"rtx5090", "big@dgx-spark-1+dgx-spark-2"}
+    items = data["nodes"]["big@dgx-spark-1+dgx-spark-2"]["items"]
+    assert [(i["node"], i["message"].split(":")[0]) for i in items] == [
+        ("dgx-spark-1", "rank 0 head"), ("dgx-spark-2", "rank 1 worker")]
