@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,11 +34,13 @@ from servefleet.cli.main import CliContext
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.live import Live
-    from rich.table import Table
 
     from servefleet.adapters.multinode import MultiNodePlan, MultiNodeResult
-    from servefleet.adapters.rollout import DeploymentResult, NodeResult, ProgressEvent
+    from servefleet.adapters.rollout import (
+        DeploymentResult,
+        NodeResult,
+        Progress,
+    )
     from servefleet.core.errors import ConfigError
     from servefleet.core.plan import PlanItem
     from servefleet.core.project import Project
@@ -224,40 +225,6 @@ def plan_command(obj: CliContext, nodes: tuple[str, ...], as_json: bool) -> None
 
 
 # -- deploy ----------------------------------------------------------------------------------
-class ProgressView:
-    """A live table of nodes: phase, elapsed, last detail (thread-safe)."""
-
-    def __init__(self, nodes: Sequence[str]) -> None:
-        self.rows: dict[str, dict[str, Any]] = {
-            n: {"phase": "waiting", "elapsed": 0.0, "detail": "", "deployment": ""}
-            for n in nodes}
-        self.lock = threading.Lock()
-        self.live: Live | None = None
-
-    def table(self) -> Table:
-        """The current table."""
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table(box=None, header_style="bold")
-        for column in ("node", "deployment", "phase", "elapsed", "detail"):
-            table.add_column(column, justify="right" if column == "elapsed" else "left",
-                             no_wrap=True, overflow="ellipsis")
-        with self.lock:
-            for node, row in self.rows.items():
-                table.add_row(node, row["deployment"], row["phase"],
-                              f"{row['elapsed']:.1f}s", Text(row["detail"][:100]))
-        return table
-
-    def __call__(self, event: ProgressEvent) -> None:
-        with self.lock:
-            row = self.rows.setdefault(event.node, {"deployment": ""})
-            row.update(phase=event.phase, elapsed=event.elapsed,
-                       detail=event.message, deployment=event.deployment or row["deployment"])
-        if self.live is not None:
-            self.live.update(self.table())
-
-
 def _health_cells(result: DeploymentResult) -> str:
     report = result.health or (result.restore.health if result.restore else None)
     if report is None:
@@ -368,8 +335,6 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
                    force_unlock: str | None, as_json: bool) -> None:
     """Deploy the stack to NODES (default: every node of the stack), health-gated, with
     automatic restore of the previous release on failure."""
-    from rich.live import Live
-
     from servefleet.adapters import rollout
     from servefleet.adapters.multinode import select_multinode
     from servefleet.core.project import load_project
@@ -395,9 +360,6 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
         if not click.confirm("deploy these changes?", default=False):
             raise click.Abort()
     single, multi = select_multinode(project, nodes)
-    chosen = [] if single == [] else [d.node for d in project.deployments(single)]
-    chosen += [n for dep in multi for n in dep.nodes]
-    view = ProgressView(list(dict.fromkeys(chosen)))
     started = time.monotonic()
     run_strategy: rollout.Strategy | None = (
         "rolling" if strategy == "rolling" else "parallel" if strategy == "parallel" else None)
@@ -409,11 +371,12 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
                                "nodes": [r.to_json() for r in results],
                                "multi_node": [r.to_json() for r in spanning]}, indent=2))
     else:
-        with Live(view.table(), console=console, refresh_per_second=8,
-                  transient=True) as live:
-            view.live = live
+        from servefleet.cli.progress import boot_deadlines, progress_display
+
+        deadlines = boot_deadlines(project, project.deployments(single) if single != [] else [])
+        with progress_display(console, deadlines) as progress:
             results, spanning = _deploy_all(project, single, multi, run_strategy, secrets,
-                                            view, force_unlock)
+                                            progress, force_unlock)
         if results:
             print_results(console, results)
         print_multinode_results(console, spanning)
@@ -426,7 +389,7 @@ def _all_ok(results: Sequence[NodeResult], spanning: Sequence[MultiNodeResult]) 
 
 
 def _deploy_all(project: Project, single: list[str] | None, multi: Sequence[Any],
-                strategy: Any, secrets: dict[str, str], progress: ProgressView | None,
+                strategy: Any, secrets: dict[str, str], progress: Progress | None,
                 unlock_id: str | None) -> tuple[list[NodeResult], list[MultiNodeResult]]:
     """The per-node rollout, then each engine spanning nodes (one after the other: they
     take the same node locks). Under ``rolling``, or after Ctrl-C, an earlier failure
