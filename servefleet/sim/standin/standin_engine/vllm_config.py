@@ -269,6 +269,8 @@ def resolve(
             )
 
     world = int(args.tensor_parallel_size) * int(getattr(args, "pipeline_parallel_size", 1) or 1)
+    # Across nodes (--nnodes) each node holds its share of the world.
+    world //= max(1, int(getattr(args, "nnodes", 1) or 1))
     gpus = int(env.get("STANDIN_GPU_COUNT", "") or 1)
     if world > gpus:
         raise _pydantic(

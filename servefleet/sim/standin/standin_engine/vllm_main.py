@@ -15,6 +15,7 @@ from .vllm_boot import VLLM_DIR, BootFailed, VllmBoot, fail_api, print_preamble
 from .vllm_cli import build_parsers, non_default_args, parse_serve_args, preprocess
 from .vllm_config import EngineError, installed_vllm_version, resolve
 from .vllm_log import API, VllmLog
+from .vllm_multinode import lost_peer, run_worker, wait_for_workers
 from .vllm_server import VllmServer
 from .vllm_versions import parse_version
 
@@ -98,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    nnodes = int(getattr(args, "nnodes", 1) or 1)
+    if nnodes > 1 and getattr(args, "headless", False):
+        return run_worker(args, version_str, log, faults, env)
+
     try:
         sock = _bind(args.host, args.port)
     except OSError as exc:
@@ -126,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         sock.close()
         return failed.code
 
+    if nnodes > 1:
+        # The rest of the boot (weights, KV pool, graphs, API) needs every rank.
+        wait_for_workers(args, log, env, lost_peer(log))
     boot = VllmBoot(cfg, log, clock, faults)
     try:
         result = boot.run()
