@@ -26,7 +26,7 @@ OVERRIDE_TEMPLATE = Path(__file__).with_name("compose-override.yaml.j2")
 ENGINES_DIR = Path(cpu_twin.__file__).parent
 """Mounted at ``/opt/servefleet-sim`` in containers that run a real engine (cpu_twin.py)."""
 INVENTORY_SUBDIR = Path("nodes") / "sim"
-PORTS = [8000, 8001, 8002, 18101, 18102, 18471]
+PORTS = [8000, 8001, 8002, 8003, 18101, 18102, 18471]
 """Ports engines may use on a simulated node: the stack's, then those the test suite's own
 deployments take beside them (health 8002, drift 18101/18102, the Pulumi provider 18471)."""
 HEADER = ("# yaml-language-server: $schema=../../schemas/node.schema.json\n"

@@ -13,8 +13,8 @@ from servefleet.core.project import load_project
 from servefleet.core.suggest import closest, unknown_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-KNOWN_PROFILES = ("qwen36-fp8, qwen36-fp8-mtp, qwen36-nvfp4-tq, qwen36-q4-llamacpp, "
-                  "qwen36-w8a16, qwen36-w8a16-1m")
+KNOWN_PROFILES = ("qwen36-fp8, qwen36-fp8-mtp, qwen36-fp8-tp2, qwen36-nvfp4-tq, "
+                  "qwen36-q4-llamacpp, qwen36-w8a16, qwen36-w8a16-1m")
 
 
 @pytest.fixture()
