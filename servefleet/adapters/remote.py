@@ -362,9 +362,15 @@ GATE_MARK_SCRIPT = (
     'c=$(docker ps -q --latest --filter "label=' + COMPOSE_PROJECT_LABEL + '=$4") || exit 1; '
     '[ -n "$c" ] || { echo "no running engine to mark as gated" >&2; exit 1; }; '
     "started=$(docker inspect --format '{{.State.StartedAt}}' \"$c\") || exit 1; "
-    "printf 'release=%s started=%s at=%s\\n' \"$id\" \"$started\" \"$at\" > \"$tmp\" && "
-    'mv -f "$tmp" "$dir/' + GATED + '" && '
-    'ln -sfn "' + RELEASES + '/$id" "$tmp" && mv -T "$tmp" "$dir/' + LAST_GOOD + '"'
+    "line=$(printf 'release=%s started=%s at=%s' \"$id\" \"$started\" \"$at\"); "
+    # Atomically through a new file; on a full disk (no block or inode for a new file)
+    # overwrite the old record in place: truncating it frees the space the line needs, and
+    # a torn record reads as "ungated", the safe side.
+    '{ printf \'%s\\n\' "$line" > "$tmp" && mv -f "$tmp" "$dir/' + GATED + '"; } 2>/dev/null || '
+    '{ rm -f "$tmp"; printf \'%s\\n\' "$line" > "$dir/' + GATED + '"; } || exit 1; '
+    # last-good needs a new inode: on a full disk it keeps naming an earlier gated release.
+    '{ ln -sfn "' + RELEASES + '/$id" "$tmp" && mv -T "$tmp" "$dir/' + LAST_GOOD + '"; } '
+    '2>/dev/null || { rm -f "$tmp"; echo "last-good not moved to $id (no space)" >&2; }'
 )
 
 
