@@ -1,5 +1,6 @@
 """The Pulumi program's body: load the project and the stack, declare one ``NodeDeployment``
-per node, export what booted.
+per node and one ``MultiNodeDeployment`` per engine spanning nodes
+(:mod:`servefleet.adapters.pulumi_multinode`), export what booted.
 
 ``__main__.py`` at the project root calls :func:`run`. Everything about a node's deployments
 is rendered here, at program time, so ``pulumi preview`` shows which release, profile and
@@ -30,6 +31,7 @@ from typing import Any
 
 import pulumi
 
+from servefleet.adapters.pulumi_multinode import MultiNodeDeploymentResource, multinode_args
 from servefleet.adapters.pulumi_provider import (
     PROVIDER_VERSION,
     DeploymentInputs,
@@ -39,9 +41,11 @@ from servefleet.adapters.pulumi_provider import (
 from servefleet.adapters.rollout import NodeResult, check_rules, plan_fleet
 from servefleet.core.errors import ConfigError, ServefleetError
 from servefleet.core.kvplan.preview import plan_item_preview
+from servefleet.core.models import MultiNodeDeployment
 from servefleet.core.plan import PlanItem, flags_from_argv
 from servefleet.core.project import SECRET_KEYS, Project, load_project
 from servefleet.core.render import RenderedRelease, render_deployments
+from servefleet.core.render.ranks import render_multinode
 from servefleet.core.rules import Severity
 
 CONFIG_NAMESPACE = "servefleet"
@@ -64,15 +68,23 @@ def node_secret_names(project: Project, node: str) -> list[str]:
     return sorted(names)
 
 
+def multinode_secret_names(project: Project, dep: MultiNodeDeployment) -> list[str]:
+    """The secret variables the profile of an engine spanning nodes needs, sorted."""
+    profile = project.profiles.get(dep.profile)
+    return sorted(profile.secret_env) if profile is not None else []
+
+
 def stack_secrets(project: Project, config: pulumi.Config) -> dict[str, str]:
     """Every secret value the stack's profiles need that the stack config holds (a missing
     one is reported by rendering, with the ``pulumi config set --secret`` line to fix it)."""
     values: dict[str, str] = {}
-    for node in project.stack.nodes:
-        for name in node_secret_names(project, node):
-            value = config.get(secret_config_key(name))
-            if value is not None:
-                values[name] = value
+    wanted = [name for node in project.stack.nodes for name in node_secret_names(project, node)]
+    wanted += [name for dep in project.stack.multi_node
+               for name in multinode_secret_names(project, dep)]
+    for name in wanted:
+        value = config.get(secret_config_key(name))
+        if value is not None:
+            values[name] = value
     return values
 
 
@@ -153,9 +165,49 @@ def preview_in_engine_terms(project: Project, resources: Mapping[str, NodeDeploy
 
 def declare_fleet(root: Path, stack: str, config: pulumi.Config,
                   planner: Planner | None = None) -> dict[str, NodeDeployment]:
-    """One :class:`NodeDeployment` per node of the stack, named after the node. With the
-    ``rolling`` strategy each node depends on the one before it, so Pulumi rolls them one at
-    a time and stops at the first failure; ``parallel`` lets Pulumi run them together."""
+    """One :class:`NodeDeployment` per node of the stack (see :func:`declare_stack`, which
+    also declares the engines spanning nodes)."""
+    return declare_stack(root, stack, config, planner)[0]
+
+
+def declare_multinode(project: Project, nodes: Mapping[str, NodeDeployment],
+                      secrets: Mapping[str, str], unlock: Mapping[str, str],
+                      ) -> dict[str, MultiNodeDeploymentResource]:
+    """One :class:`MultiNodeDeploymentResource` per ``servefleet:multiNode`` entry, named
+    after the deployment. Each depends on the ``NodeDeployment`` of every node it spans and
+    on every earlier engine sharing a node, so no two rollouts want one node lock at once
+    (:mod:`servefleet.adapters.pulumi_multinode` says why); with ``rolling`` also on the
+    resource declared before it."""
+    declared: dict[str, MultiNodeDeploymentResource] = {}
+    spans: dict[str, set[str]] = {}
+    previous: pulumi.Resource | None = list(nodes.values())[-1] if nodes else None
+    for dep in project.stack.multi_node:
+        after: list[pulumi.Resource] = [nodes[n] for n in dep.nodes if n in nodes]
+        after += [declared[name] for name, used in spans.items() if used & set(dep.nodes)]
+        if project.stack.strategy == "rolling" and previous is not None \
+                and previous not in after:
+            after.append(previous)
+        release = render_multinode(project, dep, secrets)
+        needed = {name: secrets[name] for name in multinode_secret_names(project, dep)
+                  if name in secrets}
+        args = multinode_args(project, release,
+                              secrets=pulumi.Output.secret(needed) if needed else None,
+                              unlock_id=next((unlock[n] for n in dep.nodes if n in unlock),
+                                             None))
+        previous = declared[dep.name] = MultiNodeDeploymentResource(
+            dep.name, args, pulumi.ResourceOptions(depends_on=after) if after else None)
+        spans[dep.name] = set(dep.nodes)
+    return declared
+
+
+def declare_stack(root: Path, stack: str, config: pulumi.Config,
+                  planner: Planner | None = None,
+                  ) -> tuple[dict[str, NodeDeployment], dict[str, MultiNodeDeploymentResource]]:
+    """One :class:`NodeDeployment` per node of the stack, named after the node, then one
+    :class:`MultiNodeDeploymentResource` per engine spanning nodes (:func:`declare_multinode`).
+    With the ``rolling`` strategy each node depends on the one before it, so Pulumi rolls
+    them one at a time and stops at the first failure; ``parallel`` lets Pulumi run them
+    together."""
     project = load_project(root, stack)
     # The rules `servefleet validate` runs: an error stops preview and up before any node
     # is touched; warnings show in Pulumi's diagnostics.
@@ -175,7 +227,7 @@ def declare_fleet(root: Path, stack: str, config: pulumi.Config,
         previous = resources[node] = NodeDeployment(node, args, opts)
     if pulumi.runtime.is_dry_run() and config.get_bool("enginePreview") is not False:
         preview_in_engine_terms(project, resources, secrets, planner or plan_fleet)
-    return resources
+    return resources, declare_multinode(project, resources, secrets, unlock)
 
 
 def export_outputs(resources: Mapping[str, NodeDeployment]) -> None:
@@ -196,6 +248,25 @@ def export_outputs(resources: Mapping[str, NodeDeployment]) -> None:
     })
 
 
+def export_multinode(engines: Mapping[str, MultiNodeDeploymentResource]) -> None:
+    """Stack output ``multiNode`` (only when the stack has such engines): per engine its
+    endpoint, the release per rank, each rank's health and the head's gate summary."""
+    if not engines:
+        return
+
+    def summary(values: list[Any]) -> dict[str, Any]:
+        endpoint, releases, health, kv, graphs, concurrency = values
+        return {"endpoint": endpoint, "releaseIds": releases or {}, "health": health or {},
+                "kvCacheTokens": _whole(kv), "cudagraphMode": graphs,
+                "maxConcurrency": concurrency}
+
+    pulumi.export("multiNode", {
+        name: pulumi.Output.all(res.endpoint, res.releaseIds, res.health, res.kvCacheTokens,
+                                res.cudagraphMode, res.maxConcurrency).apply(summary)
+        for name, res in engines.items()
+    })
+
+
 def _whole(value: Any) -> Any:
     """Pulumi carries numbers as floats; a token count is a whole number."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
@@ -205,8 +276,10 @@ def run(root: Path) -> dict[str, NodeDeployment]:
     """The whole program (``__main__.py``): a configuration problem is reported as one
     clear error rather than a Python traceback."""
     try:
-        resources = declare_fleet(root, pulumi.get_stack(), pulumi.Config(CONFIG_NAMESPACE))
+        resources, engines = declare_stack(root, pulumi.get_stack(),
+                                           pulumi.Config(CONFIG_NAMESPACE))
     except ServefleetError as error:
         raise pulumi.RunError(str(error)) from None
     export_outputs(resources)
+    export_multinode(engines)
     return resources
