@@ -314,7 +314,9 @@ def drift_reasons(props: Mapping[str, Any]) -> list[str]:
     reasons = []
     for node in _nodes(props):
         seen = _mapping(observed.get(node))
-        where = f"rank {seen.get('rank', '?')} {seen.get('role', '')} {node}".replace("  ", " ")
+        rank = _int(seen.get("rank"))  # Pulumi hands numbers over as floats
+        where = " ".join(str(p) for p in ("rank", "?" if rank is None else rank,
+                                          seen.get("role"), node) if p)
         current = seen.get("currentRelease")
         if current != want:
             reasons.append(f"drift: {where}: current release is {current or 'none'}, "
