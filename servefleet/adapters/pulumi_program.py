@@ -225,7 +225,10 @@ def declare_stack(root: Path, stack: str, config: pulumi.Config,
         args = dataclasses.replace(node_args(project, node, secrets),
                                    unlock_id=unlock.get(node))
         previous = resources[node] = NodeDeployment(node, args, opts)
-    if pulumi.runtime.is_dry_run() and config.get_bool("enginePreview") is not False:
+    # A stack of engines spanning nodes only has no node resource to log under (and the
+    # per-node planner refuses an empty placement).
+    if resources and pulumi.runtime.is_dry_run() \
+            and config.get_bool("enginePreview") is not False:
         preview_in_engine_terms(project, resources, secrets, planner or plan_fleet)
     return resources, declare_multinode(project, resources, secrets, unlock)
 

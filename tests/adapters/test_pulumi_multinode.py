@@ -432,3 +432,21 @@ def test_update_that_cannot_lock_names_the_holder_and_touches_nothing(pair: Pair
     assert "failed in lock [lock_held]" in line and "someone@else" in line, line
     assert "nothing was stopped" in line
     assert [pair.running(n) for n in NODES] == [first["releaseId"]] * 2
+
+
+def test_a_preview_of_a_stack_of_engines_only_declares_them(tmp_path: Path) -> None:
+    # No node resource: the per-node engine preview is not asked (it refuses an empty
+    # placement), and the engine is declared.
+    pulumi.runtime.set_mocks(EngineMocks(), project="servefleet", stack="pair", preview=True)
+    pulumi.runtime.set_all_config({"servefleet:hfToken": TOKEN},
+                                  secret_keys=["servefleet:hfToken"])
+
+    def planner(*_: Any) -> Any:
+        raise AssertionError("the per-node planner was asked about a stack without nodes")
+
+    try:
+        nodes, engines = pulumi_program.declare_stack(build(tmp_path / "project"), "pair",
+                                                      pulumi.Config("servefleet"), planner)
+    finally:
+        pulumi.runtime.set_all_config({})
+    assert nodes == {} and list(engines) == ["big"]
