@@ -450,3 +450,15 @@ def test_a_preview_of_a_stack_of_engines_only_declares_them(tmp_path: Path) -> N
     finally:
         pulumi.runtime.set_all_config({})
     assert nodes == {} and list(engines) == ["big"]
+
+
+def test_provider_is_stateless_and_pickles_by_reference() -> None:
+    import base64
+
+    from pulumi.dynamic.dynamic import serialize_provider
+
+    provider = MultiNodeDeploymentProvider()
+    assert vars(provider) == {}
+    blob = serialize_provider(provider)
+    assert blob == serialize_provider(MultiNodeDeploymentProvider())
+    assert b"servefleet.adapters.pulumi_multinode" in base64.b64decode(blob)
