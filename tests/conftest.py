@@ -159,3 +159,19 @@ def real_engines(sim_fleet: FleetHandle) -> Iterator[FleetHandle]:
     finally:
         for name in sim_fleet.nodes:
             sim_fleet.run_standin(name)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of its own (64 inodes, 1 MiB) mounted on a fresh folder, for tests of a full
+    disk; needs root (fails in CI without it, skips elsewhere)."""
+    from servefleet.sim import node_faults
+
+    if os.geteuid() != 0:
+        component_unavailable("mounting a tmpfs needs root")
+    folder = tmp_path / "disk"
+    node_faults.mount_small_disk(folder, inodes=64, size_mib=1)
+    try:
+        yield folder
+    finally:
+        node_faults.unmount_small_disk(folder)

@@ -12,18 +12,6 @@ from servefleet.core.errors import SimError
 from servefleet.sim import node_faults
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path):
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("mounting a tmpfs needs root (CI runs the suite as root)")
-        pytest.skip("mounting a tmpfs needs root")
-    folder = tmp_path / "disk"
-    node_faults.mount_small_disk(folder, inodes=64, size_mib=4)
-    yield folder
-    node_faults.unmount_small_disk(folder)
-
-
 def test_a_full_disk_refuses_writes_new_files_and_symlinks(small_disk: Path) -> None:
     (small_disk / "kept").write_text("before\n")
     made = node_faults.fill_disk(small_disk)
