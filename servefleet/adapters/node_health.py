@@ -180,6 +180,17 @@ def key_of_epoch(epoch: float) -> tuple[str, int]:
     return moment.strftime("%Y-%m-%dT%H:%M:%S"), round((epoch - int(epoch)) * 1e9)
 
 
+def since_of_stamp(stamp: str | None) -> str:
+    """``docker logs --since`` of a container's ``StartedAt``, to the nanosecond
+    (``<seconds>.<nanoseconds>``): whole seconds would let in the last lines of the run
+    before a restart, written in the same second; ``0`` (the whole log) when unknown."""
+    key = stamp_key(stamp) if stamp else None
+    if key is None or key[0].startswith("0001-"):
+        return "0"
+    seconds = datetime.strptime(key[0], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
+    return f"{int(seconds)}.{key[1]:09d}"
+
+
 def split_runs(lines: Iterable[bytes], started_at: str | float | None
                ) -> tuple[list[bytes], list[bytes]]:
     """Log lines before the container's last start (an RFC 3339 time from docker, or epoch
@@ -439,7 +450,7 @@ class DeploymentCheck:
                 min(remaining, self.options.wait_seconds)
             begin = self.options.clock()
             booted = follow_boot(self.transport, self.deployment,
-                                 str(int(started)) if started else "0", engine=profile.engine,
+                                 since_of_stamp(container.started_at), engine=profile.engine,
                                  deadline=begin + limit, clock=self.options.clock,
                                  sleep=self.options.sleep)
             facts, tail = booted.facts, booted.tail

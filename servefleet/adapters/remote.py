@@ -32,6 +32,7 @@ been checked.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from importlib import resources
@@ -408,15 +409,33 @@ def build(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id
     return compose(compose_cmd, base_dir, deployment, release_id, compose_files, "build")
 
 
-UP_SCRIPT = "printf 'since=%s\\n' \"$(date +%s)\"; exec \"$@\""
+# Nanoseconds, not whole seconds: `up -d` of an unchanged compose project starts the same
+# container again (a re-gate), whose log still holds the previous run; its last lines,
+# written by the `stop` just before, fall in the same second as `date +%s`, and a boot log
+# read from there begins with that run's shutdown (the parser then calls it ready before
+# the new run's first line). `docker logs --since` takes ``<seconds>.<nanoseconds>``.
+UP_SCRIPT = "printf 'since=%s\\n' \"$(date +%s.%N)\"; exec \"$@\""
+SINCE_RE = re.compile(r"(\d+)(?:\.(\d{1,9}))?")
 
 
 def up(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
        compose_files: Sequence[str]) -> list[str]:
-    """``up -d --remove-orphans`` of a release folder; first prints ``since=<node epoch>``,
-    the point from which its boot log is read."""
+    """``up -d --remove-orphans`` of a release folder; first prints ``since=<node epoch>``
+    (with nanoseconds), the point from which its boot log is read (see
+    :func:`parse_since`)."""
     return _sh(UP_SCRIPT, *compose(compose_cmd, base_dir, deployment, release_id,
                                    compose_files, "up", "-d", "--remove-orphans"))
+
+
+def parse_since(output: str) -> str:
+    """The ``since=`` value of :func:`up`'s first line, as ``docker logs --since`` takes it:
+    ``<seconds>.<nanoseconds>``, or whole seconds where the node's ``date`` has no ``%N``
+    (busybox prints it as it is); ``0`` (the whole log) when there is none."""
+    first = output.splitlines()[0] if output else ""
+    match = SINCE_RE.match(first.partition("=")[2].strip())
+    if match is None:
+        return "0"
+    return f"{match[1]}.{match[2].ljust(9, '0')}" if match[2] else match[1]
 
 
 PULL_SCRIPT = (

@@ -795,7 +795,7 @@ class NodeRollout:
                 remote.up(self.compose_cmd, self.node.base_dir, target.deployment,
                           target.release_id, target.compose_files),
                 timeout=UP_TIMEOUT_SECONDS, idempotent=False, what="start the engine")
-            since = done.text().splitlines()[0].partition("=")[2] if done.stdout else "0"
+            since = remote.parse_since(done.text())
         return self.gate(result, target, since, deadline)
 
     def gate(self, result: DeploymentResult, target: Target, since: str,

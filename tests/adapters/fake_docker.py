@@ -4,14 +4,19 @@ servefleet's remote scripts call, with its state in a JSON file (``$FAKE_DOCKER_
 
 It answers as Docker does where servefleet reads the answer: ``ps`` filtered by the compose
 project label, ``inspect`` with a ``--format`` template (the observe template, or
-``{{.State.StartedAt}}``), ``stop``, ``image inspect``, ``pull``, and ``compose -p P
---project-directory DIR -f F… (config --images | up -d | build)``. A new ``up`` of a release
+``{{.State.StartedAt}}``), ``stop``, ``image inspect``, ``pull``, ``logs`` (``--since``,
+``--timestamps``), and ``compose -p P --project-directory DIR -f F… (config --images |
+up -d [--force-recreate] | build)``. A new ``up`` of a release
 recreates the project's container; every start gets a new ``StartedAt``. ``pulls_during_up``
 counts images that ``up`` had to pull (the rollout should have pulled them before).
+An ``up`` of an unchanged project starts its stopped container again, and the log keeps the
+earlier runs, as Docker's does. Times come from one node clock (see :func:`tick`), which
+the fake node's ``date`` reads too.
 """
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import re
@@ -22,6 +27,11 @@ from typing import Any
 
 STATE = Path(os.environ["FAKE_DOCKER_STATE"])
 PROJECT_LABEL = "com.docker.compose.project"
+NODE_EPOCH_NS = 1_795_514_400 * 10**9
+"""The node clock's start: 2026-11-24T10:00:00Z."""
+BOOT_LOG = "FAKE_DOCKER_BOOT_LOG"
+"""A real engine log: each start writes its lines ``$FAKE_DOCKER_BOOT_LINES`` (``a:b``),
+each stop its lines ``$FAKE_DOCKER_STOP_LINES``; without it the log stays empty."""
 
 
 def load() -> dict[str, Any]:
@@ -36,9 +46,76 @@ def save(state: dict[str, Any]) -> None:
     tmp.replace(STATE)
 
 
+def tick(state: dict[str, Any], step_ns: int = 1_000_000) -> int:
+    """The node clock (epoch nanoseconds), ``step_ns`` (a millisecond) further on at each
+    reading: what ``date`` prints and what Docker stamps starts and log lines with, so a
+    test decides nothing by the speed of the machine it runs on."""
+    state["clock_ns"] = state.get("clock_ns", NODE_EPOCH_NS) + step_ns
+    return int(state["clock_ns"])
+
+
+def rfc3339(ns: int) -> str:
+    """Docker's RFC 3339 time with nine fraction digits (``logs --timestamps`` pads them)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + \
+        f".{ns % 10**9:09d}Z"
+
+
 def stamp(state: dict[str, Any]) -> str:
     state["serial"] += 1
-    return f"2026-11-24T10:00:{state['serial']:02d}.{time.time_ns() % 10**9:09d}Z"
+    return rfc3339(tick(state))
+
+
+def since_ns(value: str) -> int:
+    """``docker logs --since``: Unix seconds with an optional fraction, or RFC 3339."""
+    seconds, _, fraction = value.partition(".")
+    if seconds.isdigit():
+        return int(seconds) * 10**9 + int(fraction.ljust(9, "0")[:9] or 0)
+    stamp_, _, frac = value.rstrip("Z").partition(".")
+    whole = calendar.timegm(time.strptime(stamp_, "%Y-%m-%dT%H:%M:%S"))
+    return whole * 10**9 + int(frac.ljust(9, "0")[:9] or 0)
+
+
+def write_log(state: dict[str, Any], c: dict[str, Any], lines: list[str],
+              step_ns: int = 1_000_000) -> None:
+    """The engine writes ``lines``, ``step_ns`` apart, each stamped by the node clock as
+    Docker reads it."""
+    for line in lines:
+        c.setdefault("log", []).append([tick(state, step_ns), line])
+
+
+def log_lines(variable: str, part: str) -> list[str]:
+    """Lines ``part`` (``start:end``) of the real engine log named by ``$variable``."""
+    path = os.environ.get(variable)
+    if not path:
+        return []
+    start, _, end = part.partition(":")
+    lines = Path(path).read_bytes().decode("utf-8", "replace").split("\n")
+    return lines[int(start or 0):int(end) if end else None]
+
+
+def logs(state: dict[str, Any], args: list[str]) -> int:
+    """``docker logs [--follow] [--since T] [--tail N] [--timestamps] ID``: the container's
+    whole log (every run since it was created), lines stamped before ``--since`` left out;
+    ``--follow`` ends with the log, as it does once the container stops."""
+    c = state["containers"].get(args[-1])
+    if c is None:
+        print(f"Error: No such container: {args[-1]}", file=sys.stderr)
+        return 1
+    since = since_ns(args[args.index("--since") + 1]) if "--since" in args else 0
+    entries = [(ns, line) for ns, line in c.get("log", []) if ns >= since]
+    if "--tail" in args:
+        entries = entries[-int(args[args.index("--tail") + 1]):]
+    for ns, line in entries:
+        print(f"{rfc3339(ns)} {line}" if "--timestamps" in args else line)
+    return 0
+
+
+def date(state: dict[str, Any], args: list[str]) -> int:
+    """``date [-u] +%s`` or ``+%s.%N`` from the node clock."""
+    ns = tick(state)
+    fmt = next((a for a in args if a.startswith("+")), "+%s")
+    print(fmt[1:].replace("%s", str(ns // 10**9)).replace("%N", f"{ns % 10**9:09d}"))
+    return 0
 
 
 def filtered(state: dict[str, Any], args: list[str], running_only: bool) -> list[str]:
@@ -97,14 +174,25 @@ def compose(state: dict[str, Any], args: list[str]) -> int:
             if state["containers"][cid]["release"] != release:
                 del state["containers"][cid]
         existing = [c for c in state["containers"].values() if c["project"] == project]
+        recreate = "--force-recreate" in rest
+        for cid in [cid for cid, c in state["containers"].items()
+                    if recreate and c["project"] == project]:
+            del state["containers"][cid]
+        existing = [c for c in state["containers"].values() if c["project"] == project]
         if existing:
-            existing[0].update(status="running", exit_code=0, started_at=stamp(state))
+            # Unchanged configuration: compose starts the same container again; its log
+            # keeps every earlier run.
+            container = existing[0]
+            container.update(status="running", exit_code=0, started_at=stamp(state))
         else:
             cid = f"c{state['serial'] + 1:011d}"
-            state["containers"][cid] = {
+            container = state["containers"][cid] = {
                 "project": project, "release": release, "dir": folder,
                 "image": images[0] if images else "unknown", "status": "running",
                 "exit_code": 0, "started_at": stamp(state), "created": state["serial"]}
+        # A boot takes its time (0.1 s a line here); a shutdown is over within a second.
+        write_log(state, container, log_lines(BOOT_LOG, os.environ.get(
+            "FAKE_DOCKER_BOOT_LINES", ":0")), step_ns=100_000_000)
         return 0
     print(f"fake docker compose: unsupported {rest}", file=sys.stderr)
     return 2
@@ -125,6 +213,10 @@ def run(state: dict[str, Any], argv: list[str]) -> int:
     if argv[:2] == ["compose", "version"]:
         print("2.32.4")
         return 0
+    if argv[:1] == ["logs"]:
+        return logs(state, argv[1:])
+    if argv[:1] == ["__date"]:
+        return date(state, argv[1:])
     if argv[:1] == ["compose"]:
         return compose(state, argv[1:])
     if argv[:1] == ["ps"]:
@@ -149,6 +241,9 @@ def run(state: dict[str, Any], argv: list[str]) -> int:
         return 0
     if argv[:1] == ["stop"]:
         for cid in [a for a in argv[1:] if a in state["containers"]]:
+            if state["containers"][cid]["status"] == "running":
+                write_log(state, state["containers"][cid], log_lines(BOOT_LOG, os.environ.get(
+                    "FAKE_DOCKER_STOP_LINES", ":0")))
             state["containers"][cid].update(status="exited", exit_code=0)
         return 0
     print(f"fake docker: unsupported {argv}", file=sys.stderr)

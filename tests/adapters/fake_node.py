@@ -15,13 +15,14 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from servefleet.adapters import remote
-from servefleet.adapters.health_gate import HealthReport
+from servefleet.adapters.boot_follow import BootResult, follow_boot
+from servefleet.adapters.health_gate import HealthReport, check_kv_pool, check_outcome
 from servefleet.adapters.rollout import Abort, DeploymentResult, NodeRollout, Target
 from servefleet.adapters.ssh import CommandResult
 from servefleet.core.errors import CommandTimedOut, ConnectionLost, RemoteError
@@ -71,6 +72,13 @@ class FakeNodeTransport:
         if not docker.exists():
             docker.write_text(f"#!/bin/sh\nexec {sys.executable} -S -E {FAKE_DOCKER} \"$@\"\n")
             docker.chmod(docker.stat().st_mode | stat.S_IXUSR)
+        # The node's clock is the fake Docker's, so that `up`'s `since=` and the log's
+        # timestamps are read off one clock, as on a node.
+        clock = bindir / "date"
+        if not clock.exists():
+            clock.write_text(f"#!/bin/sh\nexec {sys.executable} -S -E {FAKE_DOCKER} __date "
+                             "\"$@\"\n")
+            clock.chmod(clock.stat().st_mode | stat.S_IXUSR)
         self.env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}",
                     "FAKE_DOCKER_STATE": str(self.root / "docker.json")}
 
@@ -117,9 +125,16 @@ class FakeNodeTransport:
             raise RemoteError(self.node.name, label, result.exit_status, tail)
         return result
 
-    def stream_lines(self, *_args: Any, **_kwargs: Any) -> Any:
-        """Not used: :class:`FakeGateRollout` reads the containers instead of a log."""
-        raise AssertionError("the fake node has no engine log to follow")
+    def stream_lines(self, argv: Sequence[str], *, timeout: float | None = None,
+                     should_stop: Any = None) -> Iterator[bytes]:
+        """``argv``'s output lines (stdout and stderr merged), as the SSH transport streams
+        them; the fake Docker's ``logs --follow`` ends with the log written so far."""
+        self.labels.append("stream " + " ".join(argv[-3:]))
+        if self.lost:
+            raise ConnectionLost(self.node.name, "stream: connection lost")
+        done = subprocess.run(list(argv), capture_output=True, env=self.env, timeout=60,
+                              check=False)
+        yield from (done.stdout + done.stderr).splitlines(keepends=True)
 
     # -- what the test reads, without going through the fault ---------------------------
     def sh(self, argv: Sequence[str]) -> str:
@@ -160,3 +175,27 @@ class FakeGateRollout(NodeRollout):
                            () if ok else ("engine answered 503 (injected)",))
             return HealthReport(f"http://{self.node.address}:{target.port}", (row,),
                                 None if ok else "engine_unhealthy")
+
+
+class FollowGateRollout(NodeRollout):
+    """A rollout whose gate follows the engine's boot log for real (``up``'s ``since=``,
+    ``docker logs --follow --since``, :func:`~servefleet.adapters.boot_follow.follow_boot`
+    and the boot-log parser) and holds it to the gate's boot checks (outcome, KV pool);
+    the HTTP probes are left out: no engine answers on the fake node."""
+
+    booted: list[BootResult]
+
+    def gate(self, result: DeploymentResult, target: Target, since: str,
+             deadline: float) -> HealthReport:
+        with self.phase(result, "boot"):
+            booted = follow_boot(self.transport, target.deployment, since,
+                                 engine=target.engine, deadline=deadline,
+                                 clock=self.deadline_clock(), sleep=lambda _s: None)
+        self.booted = [*getattr(self, "booted", []), booted]
+        with self.phase(result, "health"):
+            rows = [check_outcome(booted.facts, target.gate)]
+            kv = check_kv_pool(booted.facts, target.gate)
+            rows += [kv] if kv is not None else []
+            failed = any(r.verdict == "fail" for r in rows)
+            return HealthReport(f"http://{self.node.address}:{target.port}", tuple(rows),
+                                "gate_failed" if failed else None)

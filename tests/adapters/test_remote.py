@@ -159,7 +159,7 @@ def test_build() -> None:
 def test_up() -> None:
     assert remote.up(["docker-compose"], "/srv/sf", "main", "abc",
                      ["compose.yaml", "compose.override.1.yaml", "/etc/site.yaml"]) == [
-        "sh", "-c", "printf 'since=%s\\n' \"$(date +%s)\"; exec \"$@\"", "sh",
+        "sh", "-c", "printf 'since=%s\\n' \"$(date +%s.%N)\"; exec \"$@\"", "sh",
         "docker-compose", "-p", "servefleet-main", "--project-directory",
         "/srv/sf/main/releases/abc",
         "-f", "/srv/sf/main/releases/abc/compose.yaml",
@@ -462,6 +462,19 @@ def test_up_prints_the_node_time_first(tmp_path: Path) -> None:
     argv = remote.up(["echo"], str(tmp_path), "main", "r1", ["compose.yaml"])
     done = run(argv)
     lines = done.stdout.decode().splitlines()
-    assert lines[0].startswith("since=") and lines[0][6:].isdigit()
+    # To the nanosecond: a restarted container's log still holds the run before, whose
+    # last lines may fall in the same second.
+    seconds, dot, nanos = lines[0].removeprefix("since=").partition(".")
+    assert seconds.isdigit() and dot and len(nanos) == 9 and nanos.isdigit(), lines[0]
+    assert remote.parse_since(done.stdout.decode()) == lines[0].removeprefix("since=")
     assert lines[1] == (f"-p servefleet-main --project-directory {tmp_path}/main/releases/r1 "
                         f"-f {tmp_path}/main/releases/r1/compose.yaml up -d --remove-orphans")
+
+
+def test_parse_since_keeps_what_docker_logs_since_takes() -> None:
+    assert remote.parse_since("since=1795514400.250000001\n") == "1795514400.250000001"
+    assert remote.parse_since("since=1795514400.25\n") == "1795514400.250000000"
+    # busybox's date has no %N: whole seconds are all there is.
+    assert remote.parse_since("since=1795514400.%N\n") == "1795514400"
+    assert remote.parse_since("") == "0"
+    assert remote.parse_since("since=; rm -rf /\n") == "0"

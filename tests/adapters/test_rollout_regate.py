@@ -1,0 +1,109 @@
+"""The re-gate path, without the fleet: an engine re-created by hand (so no gate mark names
+its container) is restarted through the gate by the next deploy, and that gate must read
+the boot log of the new run only.
+
+``up -d`` of an unchanged compose project starts the same container again, whose log keeps
+the run before; the `stop` just before wrote that run's shutdown lines. Read from a
+``--since`` of whole seconds, the log began with them and the parser called the boot ready
+before the new run's first line: "the boot log states no KV cache size". The fake node's
+Docker keeps each container's log across runs and stamps it, ``date`` and ``StartedAt`` off
+one clock (see :mod:`tests.adapters.fake_docker`); the engine's lines are a real vLLM
+0.25.1 log (its boot, and its shutdown on SIGTERM).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+from fake_node import FakeNodeTransport, FollowGateRollout
+
+from servefleet.adapters import remote
+from servefleet.adapters.rollout import Abort, NodeResult, render_for
+from servefleet.adapters.ssh import SshTransport
+from servefleet.core.models import Deployment
+from servefleet.core.project import Project, load_project
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "boot-logs"
+VLLM_LOG = FIXTURES / "vllm-0.25.1-gb10-qwen3.6-35b-a3b-nvfp4-mtp-17.log"
+BOOT_LINES = "0:212"
+"""Lines 1-212 of the log: the boot, up to ``Application startup complete.``"""
+STOP_LINES = "406:418"
+"""Lines 407-418: the shutdown after SIGTERM (what ``docker stop`` makes it write)."""
+KV_TOKENS = 3_366_051
+"""``GPU KV cache size: 3,366,051 tokens`` (line 83)."""
+NODE = "dgx-spark-1"
+PROFILE = "qwen36-fp8"
+SECRETS = {"HF_TOKEN": "hf_regate_test_secret"}
+
+
+@pytest.fixture
+def vllm_log() -> Path:
+    if not VLLM_LOG.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{VLLM_LOG} is missing (CI=true: the shared fixtures must be there)")
+        pytest.skip(f"shared boot-log fixture not found: {VLLM_LOG}")
+    return VLLM_LOG
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="servefleet-regate-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def project_at(base: Path) -> Project:
+    project = load_project(REPO_ROOT, "reference")
+    node = project.nodes[NODE].model_copy(update={"base_dir": str(base)})
+    stack = project.stack.model_copy(update={"deployments": [
+        Deployment(node=NODE, name="main", profile=PROFILE, port=node.ports[0])]})
+    return dataclasses.replace(project, nodes={**project.nodes, NODE: node}, stack=stack)
+
+
+def deploy(project: Project, transport: FakeNodeTransport) -> tuple[NodeResult,
+                                                                     FollowGateRollout]:
+    transport.abort = Abort()
+    rollout = FollowGateRollout(project, transport.node, cast(SshTransport, transport),
+                                secrets=SECRETS, abort=transport.abort)
+    [rendered] = render_for(project, [NODE], SECRETS)
+    return rollout.deploy([rendered], {"main": project.stack.deployments[0]}), rollout
+
+
+def test_an_engine_recreated_by_hand_is_gated_on_its_new_boot_log(
+        root: Path, vllm_log: Path) -> None:
+    project = project_at(root / "srv")
+    transport = FakeNodeTransport(project.nodes[NODE], root / "node", SECRETS)
+    transport.env.update(FAKE_DOCKER_BOOT_LOG=str(vllm_log), FAKE_DOCKER_BOOT_LINES=BOOT_LINES,
+                         FAKE_DOCKER_STOP_LINES=STOP_LINES)
+    first, _ = deploy(project, transport)
+    assert first.status == "deployed", first.to_json()
+    release = first.deployments[0].release_id
+    assert release is not None
+
+    # The operator re-creates the engine by hand: a new container, no gate mark for it.
+    transport.sh(["sh", "-c", 'exec "$@" >/dev/null', "sh", *remote.compose(
+        ("docker", "compose"), project.nodes[NODE].base_dir, "main", release,
+        ["compose.yaml"], "up", "-d", "--force-recreate")])
+    assert transport.observed().deployments["main"].ungated
+
+    again, rollout = deploy(project, transport)
+    result = again.deployments[0]
+    assert result.plan is not None and result.plan.action == "update"
+    assert any("ungated" in reason for reason in result.plan.reasons)
+    # The same container started again: its log holds the hand-made run, its shutdown
+    # and the new boot; the gate reads the new boot only.
+    [booted] = rollout.booted
+    assert booted.facts.outcome == "ready"
+    assert booted.facts.kv_cache_tokens == KV_TOKENS, result.to_json()
+    assert result.status == "deployed", result.to_json()
+    assert not transport.observed().deployments["main"].ungated
