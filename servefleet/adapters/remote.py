@@ -126,6 +126,29 @@ def env_hasher_program() -> str:
             "print(hashlib.sha256(hashed_env_text(sys.stdin.buffer.read())).hexdigest())\n")
 
 
+def keyed_env_program() -> str:
+    """The Python program the node runs on its ``engine.env`` to tell which secret values
+    it holds without revealing them: ``NAME <HMAC-SHA256>`` per variable, under the key in
+    ``$SERVEFLEET_OBSERVE_KEY`` (:func:`servefleet.core.envdigest.keyed_value_digests`).
+    The key travels in the environment, which other users of the node cannot read, not on
+    the command line, which they can."""
+    source = resources.files("servefleet.core").joinpath("envdigest.py").read_text("utf-8")
+    return (source + "\nimport os, sys\n"
+            "key = os.environ['SERVEFLEET_OBSERVE_KEY'].encode()\n"
+            "for name, digest in keyed_value_digests(sys.stdin.buffer.read(), key):\n"
+            "    print(name, digest)\n")
+
+
+# Only with a key: the controller that sends one compares the answer with its own render
+# and forgets both; the answer is never written down.
+_SECRETS_BODY = (
+    'if [ -n "$key" ] && [ -r "$dir/current/' + ENV_FILE + '" ]; then '
+    "printf '@@secret-digests\\n'; "
+    'SERVEFLEET_OBSERVE_KEY=$key python3 -S -c "$keyed" < "$dir/current/' + ENV_FILE + '" '
+    "2>/dev/null || printf 'unreadable\\n'; fi; "
+)
+
+
 _OBSERVE_BODY = (
     'for d in "$@"; do '
     'dir=$base/$d; '
@@ -137,7 +160,7 @@ _OBSERVE_BODY = (
     "printf '@@last-good\\n'; readlink \"$dir/" + LAST_GOOD + "\" 2>/dev/null; "
     "printf '@@gated\\n'; cat \"$dir/" + GATED + "\" 2>/dev/null; "
     "printf '@@manifest\\n'; cat \"$dir/current/" + MANIFEST_FILE + "\" 2>/dev/null; echo; "
-    + _FILES_BODY +
+    + _FILES_BODY + _SECRETS_BODY +
     "if ids=$(docker ps -aq --filter \"label=" + COMPOSE_PROJECT_LABEL + "=" + PROJECT_PREFIX
     + "$d\" 2>&1); then "
     "printf '@@containers\\n'; "
@@ -147,7 +170,7 @@ _OBSERVE_BODY = (
     "printf '" + END + "\\n'"
 )
 OBSERVE_SCRIPT = (
-    'base=$1; fmt=$2; hasher=$3; shift 3; '
+    'base=$1; fmt=$2; hasher=$3; keyed=$4; key=$5; shift 5; '
     "printf '" + OBSERVE_HEADER + "\\n@@lock\\n'; "
     'cat "$base/' + LOCK_DIR + '/owner" "$base/' + LOCK_DIR + '/' + LOCK_STATE_FILE
     + '" 2>/dev/null; '
@@ -157,13 +180,16 @@ OBSERVE_SCRIPT = (
 )
 
 
-def observe(base_dir: str, deployments: Sequence[str]) -> list[str]:
+def observe(base_dir: str, deployments: Sequence[str], *, key: str = "") -> list[str]:
     """Read-only: the lock owner, the node's KV baselines, then per deployment ``current``,
     the release folders, the current manifest, the sha256 of the current release's files
     and the compose project's containers (state, exit code, restart count, the release
-    folder each was started from). Parsed by
+    folder each was started from); with ``key`` (random, one per call) also the keyed
+    digests of the secret values in the current ``engine.env`` (see
+    :func:`keyed_env_program`). Parsed by
     :func:`servefleet.core.observed.parse_observation`."""
-    return _sh(OBSERVE_SCRIPT, base_dir, INSPECT_TEMPLATE, env_hasher_program(), *deployments)
+    return _sh(OBSERVE_SCRIPT, base_dir, INSPECT_TEMPLATE, env_hasher_program(),
+               keyed_env_program(), key, *deployments)
 
 
 RELEASES_SCRIPT = (

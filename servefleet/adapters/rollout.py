@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from secrets import token_hex
 from typing import Any, Literal
 
 from servefleet.adapters import releases as release_store
@@ -402,6 +403,9 @@ class NodeRollout:
         """The lock while a rollout holds it (its state line records the phase)."""
         self.restoring = False
         """A restore runs: a first signal no longer cuts it short, only a second one."""
+        self.observe_key = ""
+        """The random key of the last observation's secret digests (see
+        :func:`servefleet.core.plan.rotated_secrets`): kept in memory only."""
 
     # -- helpers --------------------------------------------------------------------------
     def emit(self, phase: str, deployment: str | None = None, message: str = "") -> None:
@@ -474,7 +478,9 @@ class NodeRollout:
     def observe(self, deployments: Sequence[str]) -> ObservedNode:
         """One read-only command: the lock and the deployments' facts."""
         # Read-only: retried once after a dropped connection.
-        result = self.transport.run(remote.observe(self.node.base_dir, deployments),
+        self.observe_key = token_hex(32)
+        result = self.transport.run(remote.observe(self.node.base_dir, deployments,
+                                                   key=self.observe_key),
                                     idempotent=True, what="observe the node")
         return self._parse_observation(result.text())
 
@@ -499,7 +505,8 @@ class NodeRollout:
         items = []
         for rendered in releases:
             dep = observed.deployments.get(rendered.deployment)
-            items.append(dataclasses.replace(plan(rendered, dep), recovery=recovery_notes(
+            items.append(dataclasses.replace(plan(
+                rendered, dep, secret_key=self.observe_key.encode()), recovery=recovery_notes(
                 observed.lock, dep, rendered.deployment),
                 node_baselines=observed.baselines_text))
         return observed, items
@@ -517,7 +524,9 @@ class NodeRollout:
         lock = NodeLock(self.transport, "deploy", self.clock.now(), unlock_id=self.unlock_id)
         # Re-observe under the lock in the same round trip: another rollout may have
         # finished between the first look and the lock.
-        text = lock.acquire(remote.observe(self.node.base_dir, [r.deployment for r in releases]))
+        self.observe_key = token_hex(32)
+        text = lock.acquire(remote.observe(self.node.base_dir, [r.deployment for r in releases],
+                                           key=self.observe_key))
         self.lock = lock
         try:
             if lock.taken_over is not None:
@@ -528,7 +537,7 @@ class NodeRollout:
             observed = self._parse_observation(text)
             for rendered in releases:
                 dep = observed.deployments.get(rendered.deployment)
-                item = plan(rendered, dep)
+                item = plan(rendered, dep, secret_key=self.observe_key.encode())
                 if not item.changes:
                     result.deployments.append(self._unchanged(item))
                     continue

@@ -17,6 +17,12 @@ file hash. A secret *value* changed by hand is seen by drift in the container's
 environment, hashed on the node and compared on the control machine, never written down.
 Nothing here depends on the value, so a rotated secret does not name a new release.
 
+A rotated secret is found instead by :func:`keyed_value_digests`: the controller sends a
+random key with each observation, the node answers with an HMAC-SHA256 per variable of its
+``engine.env`` under that key, and the controller compares them with the same HMACs of the
+file it renders. The key lives only in the controller's memory for that one comparison, so
+nothing written down (manifest, plan, outputs, logs) lets anyone test guesses offline.
+
 This module is also sent to the node with the drift collector
 (:func:`servefleet.adapters.drift_collect.collector_source` appends it), so it keeps to
 what the collector may use: the standard library only, syntax Python 3.7 accepts, no
@@ -43,3 +49,23 @@ def hashed_env_text(content):  # type: (bytes) -> bytes
         out.append(name + "=" + (SECRET_SET if value != "" else ""))
     text = "\n".join(out) + "\n" if out else ""
     return text.encode("utf-8", "surrogateescape")
+
+
+def keyed_value_digests(content, key):  # type: (bytes, bytes) -> list
+    """``(NAME, hex HMAC-SHA256 under key of NAME=<value as written>)`` per assignment of an
+    env file, in file order (see the module docstring). The value is taken as the file
+    writes it (quotes included): the rendered file and the node's copy of it compare equal
+    exactly when the node holds what would be rendered."""
+    import hashlib
+    import hmac
+    found = []
+    for line in content.decode("utf-8", "surrogateescape").splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        name, sep, _value = line.partition("=")
+        if not sep:
+            continue
+        digest = hmac.new(key, line.encode("utf-8", "surrogateescape"), hashlib.sha256)
+        found.append((name.strip(), digest.hexdigest()))
+    return found

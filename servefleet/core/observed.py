@@ -24,6 +24,9 @@ The observe command prints sections introduced by ``@@`` marker lines::
     @@files
     <sha256>  ./<path>             (every file of the current release but manifest.json;
                                     engine.env hashed in its secret-hashed form)
+    @@secret-digests
+    <NAME> <hmac>                  (only when the controller sent a key: see
+                                    servefleet.core.envdigest.keyed_value_digests)
     @@containers
     {"name": …, "status": …}       (one JSON object per container of the compose project)
     @@end
@@ -126,6 +129,11 @@ class ObservedDeployment(StrictModel):
     gated_release: str | None = None
     """Release of the engine that last passed its gate (``<deployment>/gated``)."""
     gated_started_at: str | None = None
+    secret_digests: dict[str, str] | None = None
+    """Variable → HMAC-SHA256 of its assignment in the current ``engine.env``, under the key
+    the controller sent with this observation (:func:`servefleet.core.envdigest.
+    keyed_value_digests`); ``None`` when no key was sent or the node could not compute
+    them. Worthless without that key, which only the observing controller holds."""
     """Docker's ``StartedAt`` of that engine's container when it passed: an engine started
     (or restarted by Docker) since then has not been gated."""
 
@@ -349,7 +357,23 @@ def _deployment(name: str, parts: dict[str, list[str]]) -> ObservedDeployment:
         last_good=_link(parts.get("last-good")),
         gated_release=gated.get("release"),
         gated_started_at=gated.get("started"),
+        secret_digests=_secret_digests(parts.get("secret-digests")),
     )
+
+
+def _secret_digests(lines: list[str] | None) -> dict[str, str] | None:
+    """``NAME <hex HMAC>`` lines; ``None`` when absent or unreadable (python3 missing)."""
+    if lines is None:
+        return None
+    digests: dict[str, str] = {}
+    for line in lines:
+        name, _, digest = line.strip().partition(" ")
+        if not name:
+            continue
+        if len(digest) != 64:
+            return None
+        digests[name] = digest
+    return digests
 
 
 def _link(lines: list[str] | None) -> str | None:

@@ -11,7 +11,10 @@ Actions:
 * ``update``: ``current`` is another release, or it is the desired one but its engine is
   not running it (killed, crash-looping, unhealthy, started from another release), or its
   files were edited on the node (their sha256 differ from the rendered ones): a *repair*,
-  which uploads the release again in place of the edited folder.
+  which uploads the release again in place of the edited folder; or a secret's value on
+  the node is not the one the stack gives (a rotated ``HF_TOKEN``: release ids never depend
+  on secret values), found by comparing keyed digests (see :func:`rotated_secrets`) and
+  repaired the same way, into a new release folder of the same configuration.
 * ``unchanged``: the desired release is current and its engine runs, gated. A deploy then
   writes nothing at all on the node.
 
@@ -26,10 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from servefleet.core.envdigest import keyed_value_digests
 from servefleet.core.lockinfo import LockInfo
 from servefleet.core.observed import ObservedDeployment
 from servefleet.core.render import FlagDiff, RenderedRelease, diff_flags
 from servefleet.core.render.engine_args import MODEL_FLAG
+from servefleet.core.render.release import ENV_FILE
 
 Action = Literal["unchanged", "update", "create"]
 
@@ -109,6 +114,8 @@ class PlanItem:
     recovery: tuple[str, ...] = ()
     """``repair: …`` lines: what an interrupted rollout left on the node (its lock's
     recorded phase, an ungated engine), see :func:`recovery_notes`."""
+    secrets_changed: tuple[str, ...] = ()
+    """Secret variables whose value on the node differs from the one given (names only)."""
     node_baselines: str | None = field(default=None, repr=False, compare=False)
     """The node's KV baselines file as observed (for the planner's calibration)."""
 
@@ -157,6 +164,7 @@ class PlanItem:
             "reasons": list(self.reasons),
             "engine_state": self.engine_state,
             "recovery": list(self.recovery),
+            "secrets_changed": list(self.secrets_changed),
         }
 
 
@@ -230,8 +238,28 @@ def recovery_notes(lock: LockInfo | None, observed: ObservedDeployment | None,
     return tuple(notes)
 
 
-def plan(desired: RenderedRelease, observed: ObservedDeployment | None) -> PlanItem:
-    """Compare ``desired`` with what the node has for its deployment (``None``: nothing)."""
+def rotated_secrets(desired: RenderedRelease, observed: ObservedDeployment,
+                    key: bytes | None) -> tuple[str, ...]:
+    """Secret variables whose value in the node's current ``engine.env`` is not the one
+    ``desired`` renders: the node's HMACs under ``key`` (sent with the observation) against
+    the same HMACs of the rendered file. Only variables rendered with a value are compared
+    (a preview render without a secret says nothing about it); empty without a key or
+    without the node's answer."""
+    have = observed.secret_digests
+    content = desired.files.get(ENV_FILE)
+    if key is None or have is None or content is None:
+        return ()
+    given = {line.partition("=")[0].strip() for line in
+             content.decode("utf-8", "surrogateescape").splitlines()
+             if "=" in line and not line.lstrip().startswith("#") and line.partition("=")[2]}
+    return tuple(sorted(name for name, digest in keyed_value_digests(content, key)
+                        if name in given and have.get(name) != digest))
+
+
+def plan(desired: RenderedRelease, observed: ObservedDeployment | None, *,
+         secret_key: bytes | None = None) -> PlanItem:
+    """Compare ``desired`` with what the node has for its deployment (``None``: nothing).
+    ``secret_key`` is the key the observation was made with, for :func:`rotated_secrets`."""
     def item(action: Action, **details: Any) -> PlanItem:
         return PlanItem(node=desired.node, deployment=desired.deployment, action=action,
                         release_id=desired.release_id, profile=desired.profile, **details)
@@ -258,6 +286,15 @@ def plan(desired: RenderedRelease, observed: ObservedDeployment | None) -> PlanI
                         previous_profile=previous_profile, restart=True, upload=True,
                         repair=True, changed_files=edited, engine_state=state,
                         reasons=(f"files edited on the node: {', '.join(edited)}",
+                                 *([problem] if problem else [])))
+        rotated = rotated_secrets(desired, observed, secret_key)
+        if rotated:
+            # Same release id, other secret values: the folder is moved aside (it holds the
+            # old values) and the release uploaded again, so the engine restarts with them.
+            return item("update", current_release=observed.current_release,
+                        previous_profile=previous_profile, restart=True, upload=True,
+                        repair=True, secrets_changed=rotated, engine_state=state,
+                        reasons=(f"secret values differ (names: {', '.join(rotated)})",
                                  *([problem] if problem else [])))
         if problem is None:
             return item("unchanged", current_release=observed.current_release,

@@ -30,7 +30,8 @@ INSPECT = (
 def test_observe() -> None:
     assert remote.observe("/srv/sf", ["main", "alt"]) == [
         "sh", "-c",
-        "base=$1; fmt=$2; hasher=$3; shift 3; printf '@@servefleet-observe 1\\n@@lock\\n'; "
+        "base=$1; fmt=$2; hasher=$3; keyed=$4; key=$5; shift 5; "
+        "printf '@@servefleet-observe 1\\n@@lock\\n'; "
         'cat "$base/.servefleet-lock/owner" "$base/.servefleet-lock/state" 2>/dev/null; '
         "printf '@@baselines\\n'; cat \"$base/.servefleet-baselines.json\" 2>/dev/null; echo; "
         'for d in "$@"; do dir=$base/$d; printf \'@@deployment %s\\n\' "$d"; '
@@ -42,12 +43,16 @@ def test_observe() -> None:
         "printf '@@gated\\n'; cat \"$dir/gated\" 2>/dev/null; "
         "printf '@@manifest\\n'; cat \"$dir/current/manifest.json\" 2>/dev/null; echo; "
         + remote._FILES_BODY +
+        'if [ -n "$key" ] && [ -r "$dir/current/engine.env" ]; then '
+        "printf '@@secret-digests\\n'; SERVEFLEET_OBSERVE_KEY=$key python3 -S -c \"$keyed\" "
+        "< \"$dir/current/engine.env\" 2>/dev/null || printf 'unreadable\\n'; fi; "
         'if ids=$(docker ps -aq --filter "label=com.docker.compose.project=servefleet-$d" '
         '2>&1); then '
         "printf '@@containers\\n'; "
         '[ -z "$ids" ] || docker inspect --format "$fmt" $ids 2>&1; '
         "else printf '@@docker-error\\n%s\\n' \"$ids\"; fi; done; printf '@@end\\n'",
-        "sh", "/srv/sf", INSPECT, remote.env_hasher_program(), "main", "alt",
+        "sh", "/srv/sf", INSPECT, remote.env_hasher_program(), remote.keyed_env_program(), "",
+        "main", "alt",
     ]
 
 
