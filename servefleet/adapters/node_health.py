@@ -64,10 +64,13 @@ from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow
 from servefleet.core.kvplan.gate import check_against_prediction, expectations_with_prediction
 from servefleet.core.models import Node, Profile
 from servefleet.core.observed import ObservedContainer, ObservedDeployment, parse_observation
+from servefleet.core.plan import ungated_reason
 from servefleet.core.project import PROFILES_DIR, Project, profile_identity
 from servefleet.core.secrets import SecretMask
 
 LOG_TIMEOUT_SECONDS = 120
+RESTART_POLICY = "on-failure:3"
+"""The rendered compose file's restart policy: Docker gives up after three restarts."""
 TAIL_EVIDENCE = 8
 """Last log lines shown when a log proves neither ready nor failed."""
 RELOG_GRACE_SECONDS = 1.0
@@ -349,6 +352,9 @@ class DeploymentCheck:
         read = self.read()
         earlier, current = split_runs(read.lines, container.started_at)
         self.rows.extend(self.container_rows(container, release, earlier, profile.engine))
+        if container.running and observed.ungated:
+            self.rows.append(CheckRow("health gate", "passed", ungated_reason(observed), "warn",
+                                      ("run servefleet deploy to put it through the gate",)))
         facts = parse_lines(current, profile.engine)
         facts, booted = self.boot_outcome(profile, container, facts, current, read)
         if booted:
@@ -418,9 +424,13 @@ class DeploymentCheck:
             rows.append(CheckRow("running release", release, container.release_id, "fail",
                                  ("the container was started from another release than "
                                   "`current` names",)))
-        if container.restart_count:
+        if not container.restart_count:
+            rows.append(CheckRow("engine restarts", "0", f"0 (policy {RESTART_POLICY})",
+                                 "pass"))
+        else:
             before = parse_lines(earlier, engine) if earlier else None
-            observed = f"restarted {container.restart_count} time(s)"
+            observed = (f"restarted {container.restart_count} time(s) (policy "
+                        f"{RESTART_POLICY})")
             evidence: tuple[str, ...] = ()
             if before is not None and before.outcome == "failed":
                 cls = before.failure_class.value if before.failure_class else "failed"

@@ -27,6 +27,7 @@ from servefleet.core.baselines import BASELINE_FILE, Baseline, relative_change
 from servefleet.core.gpu import ExpectedGpuFacts, GpuProbeResult, compare_with_inventory
 from servefleet.core.models.common import StrictModel
 from servefleet.core.models.profile import version_tuple
+from servefleet.core.observed import RELEASE_LABEL
 from servefleet.core.secrets import secret_digest
 
 MANIFEST_FILE = "manifest.json"
@@ -54,6 +55,8 @@ class DriftKind(StrEnum):
     """The deployment has no container."""
     CONTAINER_STOPPED = "container-stopped"
     """The container exists but does not run (exited, created, dead, paused)."""
+    UNGATED_ENGINE = "ungated-engine"
+    """The running engine never passed the health gate (started by hand, or again since)."""
     CONTAINER_RESTARTING = "container-restarting"
     """The container is crash-looping, or Docker has restarted it since it was created."""
     COMMAND = "command"
@@ -279,6 +282,9 @@ class ObservedDeploymentState(StrictModel):
     """Why containers could not be listed."""
     boot: BootSummary | None = None
     """Facts of the latest boot's log; ``None`` when it could not be read."""
+    gated: dict[str, str] | None = None
+    """The deployment's gate mark (``release``, ``started``, ``at``): the engine that last
+    passed its gate; empty when there is none; ``None`` when it was not read."""
     engine_version: str | None = None
     """What the engine's HTTP API says its version is."""
     engine_version_error: str | None = None
@@ -459,6 +465,27 @@ def _compare_container_state(container: ObservedContainerState, items: _Items) -
                   "(left-overs of a hand-made change?)", "containers")
 
 
+def _compare_gate(have: ObservedDeploymentState, container: ObservedContainerState,
+                  items: _Items) -> None:
+    """A running engine whose container is not the one the gate mark names."""
+    if have.gated is None or not container.running:
+        return
+    release = container.labels.get(RELEASE_LABEL)
+    gated_release, started = have.gated.get("release"), have.gated.get("started")
+    if gated_release is None:
+        why = "no passed health gate is recorded for it"
+    elif gated_release != release:
+        why = f"the last gate passed for release {gated_release}"
+    elif started != container.started_at:
+        why = (f"its container started again since its gate passed ({container.restart_count}"
+               " Docker restarts)")
+    else:
+        return
+    items.add(DriftKind.UNGATED_ENGINE, "gated", "ungated",
+              f"engine {release or '?'} runs ungated: {why}; run servefleet deploy to put it "
+              "through the gate", "gated")
+
+
 def _compare_command(want: DesiredDeployment, container: ObservedContainerState,
                      items: _Items) -> None:
     if want.command is None or container.command is None:
@@ -630,6 +657,7 @@ def _compare_deployment(want: DesiredDeployment, have: ObservedDeploymentState |
                   "the deployment has no container; deploy again")
         return items.found
     _compare_container_state(container, items)
+    _compare_gate(have, container, items)
     _compare_command(want, container, items)
     _compare_env(want, have, container, items)
     _compare_labels(want, container, items)

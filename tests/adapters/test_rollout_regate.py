@@ -25,8 +25,11 @@ import pytest
 from fake_node import FakeNodeTransport, FollowGateRollout
 
 from servefleet.adapters import remote
+from servefleet.adapters.node_health import HealthOptions, check_deployment
+from servefleet.adapters.probes import HttpAnswer
 from servefleet.adapters.rollout import Abort, NodeResult, render_for
 from servefleet.adapters.ssh import SshTransport
+from servefleet.core.health_table import HealthRow
 from servefleet.core.models import Deployment
 from servefleet.core.project import Project, load_project
 
@@ -107,3 +110,33 @@ def test_an_engine_recreated_by_hand_is_gated_on_its_new_boot_log(
     assert booted.facts.kv_cache_tokens == KV_TOKENS, result.to_json()
     assert result.status == "deployed", result.to_json()
     assert not transport.observed().deployments["main"].ungated
+
+
+def test_health_shows_an_ungated_engine_and_its_restart_count(
+        root: Path, vllm_log: Path) -> None:
+    project = project_at(root / "srv")
+    transport = FakeNodeTransport(project.nodes[NODE], root / "node", SECRETS)
+    transport.env.update(FAKE_DOCKER_BOOT_LOG=str(vllm_log), FAKE_DOCKER_BOOT_LINES=BOOT_LINES)
+    first, _ = deploy(project, transport)
+    release = first.deployments[0].release_id
+    assert release is not None
+
+    def no_engine(_request: object, _timeout: float) -> HttpAnswer:
+        return HttpAnswer(0, error="connection refused (no engine on the fake node)")
+
+    options = HealthOptions(secrets=SECRETS, http_send=no_engine, record_baselines=False)
+
+    def rows() -> dict[str, HealthRow]:
+        report = check_deployment(project, transport.node, "main",
+                                  cast(SshTransport, transport), options)
+        return {row.fact: row for row in report.rows}
+
+    gated = rows()
+    assert "health gate" not in gated
+    assert gated["engine restarts"].observed == "0 (policy on-failure:3)"
+    transport.sh(["sh", "-c", 'exec "$@" >/dev/null', "sh", *remote.compose(
+        ("docker", "compose"), project.nodes[NODE].base_dir, "main", release,
+        ["compose.yaml"], "up", "-d", "--force-recreate")])
+    row = rows()["health gate"]
+    assert (row.verdict, row.expected) == ("warn", "passed")
+    assert "ungated" in row.observed and "servefleet deploy" in row.evidence[0]

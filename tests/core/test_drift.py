@@ -354,3 +354,18 @@ def test_merged_service_applies_overrides_in_order() -> None:
     assert service.environment == {"A": "2", "B": "$HOME", "C": "3"}
     assert service.labels == {"l1": "v1", "l2": "v2"}
     assert parse_dotenv(b"# c\nA='x y'\nB=2\n") == {"A": "x y", "B": "2"}
+
+
+def test_an_engine_without_a_matching_gate_mark_is_ungated(release: RenderedRelease) -> None:
+    started = "2026-11-24T10:00:03.123456789Z"
+    clean = _with_container(_clean(release), started_at=started)
+    gated = _with(clean, gated={"release": release.release_id, "started": started})
+    assert compare(_desired(release), gated) == []
+    assert compare(_desired(release), clean) == []  # gate mark not read: not judged
+    for mark, why in (({}, "no passed health gate"),
+                      ({"release": "0123456789ab", "started": started}, "0123456789ab"),
+                      ({"release": release.release_id, "started": "2026-11-24T09:00:00Z"},
+                       "started again")):
+        [item] = compare(_desired(release), _with(clean, gated=mark))
+        assert item.kind is DriftKind.UNGATED_ENGINE
+        assert why in item.message and "run servefleet deploy" in item.message

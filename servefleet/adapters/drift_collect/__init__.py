@@ -40,6 +40,7 @@ from servefleet.core.drift import (
 from servefleet.core.errors import ServefleetError
 from servefleet.core.gpu import parse_probe_json
 from servefleet.core.models import Node
+from servefleet.core.observed import parse_gate_mark
 from servefleet.core.render.release import ENV_FILE, IMAGE_PATCH_MARKER
 
 READY_MARKERS = (
@@ -266,6 +267,8 @@ def observation_from_answer(node: str, text: str,
             if isinstance(container_raw, dict) else None,
             docker_error=answer.get("docker_error"),
             boot=boot,
+            gated=parse_gate_mark(str(raw.get("gated") or "").splitlines())
+            if "gated" in raw else None,
         )
     gpu = None
     gpu_error = answer.get("gpu_error")

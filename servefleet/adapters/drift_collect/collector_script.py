@@ -330,6 +330,12 @@ def read_release(deployment_dir: str, env_file: str, manifest_file: str) -> dict
                               "secret_digests": {}, "errors": []}
     if not result["present"]:
         return result
+    # The gate mark (``release=<id> started=<StartedAt> at=<time>``): which engine passed.
+    try:
+        with open(deployment_dir + "/gated", encoding="utf-8", errors="replace") as handle:
+            result["gated"] = handle.read(4096)
+    except OSError:
+        result["gated"] = None
     try:
         target = os.readlink(deployment_dir + "/current")
     except OSError:
