@@ -48,9 +48,10 @@ def test_errors_exit_1_and_are_grouped(run: Run, project: Path):
     assert any(line.strip().startswith("error   vllm.quantization: turboquant is not")
                for line in lines[header:])
     assert "vLLM #41560" in result.output and "[quantization-turboquant]" in result.output
-    # qwen36-fp8-mtp inherits the mistake through extends.
-    assert "stack reference: 2 error(s)" in result.output
+    # qwen36-fp8-mtp and qwen36-fp8-tp2 inherit the mistake through extends.
+    assert "stack reference: 3 error(s)" in result.output
     assert "profiles/qwen36-fp8-mtp.yaml" in lines
+    assert "profiles/qwen36-fp8-tp2.yaml" in lines
     assert tree(project) == before
 
 
@@ -59,11 +60,12 @@ def test_json(run: Run, project: Path):
     result = run("validate", "--json")
     assert result.exit_code == 1
     data = json.loads(result.output)
-    assert data["ok"] is False and data["counts"]["error"] == 2
+    assert data["ok"] is False and data["counts"]["error"] == 3
     errors = [f for f in data["findings"] if f["severity"] == "error"]
     assert {e["rule"] for e in errors} == {"quantization-turboquant"}
     assert {e["file"] for e in errors} == {"profiles/qwen36-fp8.yaml",
-                                           "profiles/qwen36-fp8-mtp.yaml"}
+                                           "profiles/qwen36-fp8-mtp.yaml",
+                                           "profiles/qwen36-fp8-tp2.yaml"}
     assert errors[0]["field"] == "vllm.quantization" and errors[0]["value"] == "turboquant"
     assert {"message", "why", "fix"} <= set(errors[0])
 

@@ -182,5 +182,6 @@ def test_inventory_lists_what_the_real_engine_cannot_show() -> None:
                                        override=Path("/o.j2"), installs={"vllm": VLLM_CPU})
     engine = document["sim"]["engines"]["vllm"]
     assert engine["version"] == "0.32.0"
-    assert engine["unshown"] == ["attention_backend", "cudagraph_mode", "kv_smaller_than"]
+    assert engine["unshown"] == ["attention_backend", "cudagraph_mode", "kv_smaller_than",
+                                "predicted_kv_cache_tokens"]
     assert "cpu_twin.py" in engine["why"]
