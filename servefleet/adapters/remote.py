@@ -500,6 +500,19 @@ def stop(deployment: str, *, grace_seconds: int | None = None) -> list[str]:
     return _sh(STOP_SCRIPT, compose_project(deployment), *args)
 
 
+CLEAR_SCRIPT = (
+    'ids=$(docker ps -aq --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
+    '[ -z "$ids" ] || { docker stop -t "$2" $ids >/dev/null; docker rm -f $ids >/dev/null; }'
+)
+
+
+def clear(deployment: str, *, grace_seconds: int) -> list[str]:
+    """Stop and remove every container of the deployment (running, half-stopped, or left
+    renamed by a cut ``compose up``), so that the next ``up`` creates the engine afresh and
+    the boot log read after it is that engine's alone."""
+    return _sh(CLEAR_SCRIPT, compose_project(deployment), str(grace_seconds))
+
+
 LOGS_SCRIPT = (
     'c=$(docker ps -aq --latest --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
     '[ -n "$c" ] || { echo "no container for deployment $1" >&2; exit 1; }; '

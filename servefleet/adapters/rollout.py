@@ -887,6 +887,13 @@ class NodeRollout:
         try:
             with self.phase(result, "restore"):
                 manifest = self.manifest_of(deployment, release_id)
+                # A clean slate: an interrupted step may have left the old engine half
+                # stopped (a cut `docker stop`) or a container a cut `up` created or
+                # renamed; an `up` beside them may start nothing new, and the gate would
+                # then read a boot log long past.
+                self.transport.run(remote.clear(deployment,
+                                                grace_seconds=FAILED_STOP_GRACE_SECONDS),
+                                   timeout=300, what="clear the deployment's containers")
             target = self.target_from_manifest(deployment, release_id, manifest)
             scratch = DeploymentResult(self.node.name, deployment, "failed", release_id)
             try:

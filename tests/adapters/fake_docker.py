@@ -4,14 +4,14 @@ servefleet's remote scripts call, with its state in a JSON file (``$FAKE_DOCKER_
 
 It answers as Docker does where servefleet reads the answer: ``ps`` filtered by the compose
 project label, ``inspect`` with a ``--format`` template (the observe template, or
-``{{.State.StartedAt}}``), ``stop``, ``image inspect``, ``pull``, ``logs`` (``--since``,
+``{{.State.StartedAt}}``), ``stop``, ``rm -f``, ``image inspect``, ``pull``, ``logs`` (``--since``,
 ``--timestamps``), and ``compose -p P --project-directory DIR -f F… (config --images |
 up -d [--force-recreate] | build)``. A new ``up`` of a release
 recreates the project's container; every start gets a new ``StartedAt``. ``pulls_during_up``
 counts images that ``up`` had to pull (the rollout should have pulled them before).
 An ``up`` of an unchanged project starts its stopped container again, and the log keeps the
-earlier runs, as Docker's does. Times come from one node clock (see :func:`tick`), which
-the fake node's ``date`` reads too.
+earlier runs, as Docker's does; a running one it leaves alone. Times come from one node
+clock (see :func:`tick`), which the fake node's ``date`` reads too.
 """
 
 from __future__ import annotations
@@ -179,6 +179,9 @@ def compose(state: dict[str, Any], args: list[str]) -> int:
                     if recreate and c["project"] == project]:
             del state["containers"][cid]
         existing = [c for c in state["containers"].values() if c["project"] == project]
+        if existing and existing[0]["status"] == "running":
+            # Unchanged and running: compose leaves it be ("Container … Running").
+            return 0
         if existing:
             # Unchanged configuration: compose starts the same container again; its log
             # keeps every earlier run.
@@ -245,6 +248,10 @@ def run(state: dict[str, Any], argv: list[str]) -> int:
                 write_log(state, state["containers"][cid], log_lines(BOOT_LOG, os.environ.get(
                     "FAKE_DOCKER_STOP_LINES", ":0")))
             state["containers"][cid].update(status="exited", exit_code=0)
+        return 0
+    if argv[:2] == ["rm", "-f"]:
+        for cid in argv[2:]:
+            state["containers"].pop(cid, None)
         return 0
     print(f"fake docker: unsupported {argv}", file=sys.stderr)
     return 2

@@ -76,6 +76,7 @@ RESTORE_STEPS = (
     "stop the failed engine",
     "record the rollout phase",      # restore
     "list releases",
+    "clear the deployment's containers",
     "record the rollout phase",      # up
     "start the engine",
     "record the rollout phase",      # boot

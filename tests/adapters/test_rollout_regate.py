@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from fake_node import FakeNodeTransport, FollowGateRollout
+from fake_node import FakeNodeTransport, Fault, FollowGateRollout
 
 from servefleet.adapters import remote
 from servefleet.adapters.node_health import HealthOptions, check_deployment
@@ -140,3 +140,38 @@ def test_health_shows_an_ungated_engine_and_its_restart_count(
     row = rows()["health gate"]
     assert (row.verdict, row.expected) == ("warn", "passed")
     assert "ungated" in row.observed and "servefleet deploy" in row.evidence[0]
+
+
+def test_a_restore_after_a_stop_that_did_not_happen_boots_the_old_engine_afresh(
+        root: Path, vllm_log: Path) -> None:
+    """The old engine's stop was cut before it ran (the link dropped): the old engine still
+    runs when the restore starts. An `up` of its unchanged project would leave it be and
+    print no boot, so the gate would wait for one until its deadline and then stop the
+    healthy engine; the restore clears the deployment's containers first and gates a fresh
+    boot of the old release."""
+    quick = project_at(root / "srv")
+    profile = quick.profiles[PROFILE]
+    health = profile.health.model_copy(update={"boot_deadline_seconds": 20})
+    project = dataclasses.replace(quick, profiles={
+        **quick.profiles, PROFILE: profile.model_copy(update={"health": health})})
+    transport = FakeNodeTransport(project.nodes[NODE], root / "node", SECRETS)
+    transport.env.update(FAKE_DOCKER_BOOT_LOG=str(vllm_log), FAKE_DOCKER_BOOT_LINES=BOOT_LINES,
+                         FAKE_DOCKER_STOP_LINES=STOP_LINES)
+    first, _ = deploy(project, transport)
+    assert first.status == "deployed", first.to_json()
+    old = first.deployments[0].release_id
+    changed = dataclasses.replace(project, stack=project.stack.model_copy(update={
+        "deployments": [project.stack.deployments[0].model_copy(update={"port": 8001})]}))
+    steps = ("observe the node", "take the node lock", "preflight", "upload", "pull the images",
+             "record the rollout phase")
+    transport.labels.clear()
+    transport.fault = Fault(len(steps), "error")  # the stop of the old engine
+    again, rollout = deploy(changed, transport)
+    transport.fault = None
+    result = again.deployments[0]
+    assert transport.labels[len(steps)] == "stop the old engine", transport.labels
+    assert result.status == "rolled_back", result.to_json()
+    assert result.restore is not None and result.restore.release_id == old
+    assert rollout.booted[-1].facts.kv_cache_tokens == KV_TOKENS
+    dep = transport.observed().deployments["main"]
+    assert dep.running_release == dep.current_release == old and not dep.ungated
