@@ -346,10 +346,22 @@ def _write_inventory(project_dir: Path, layout: SimLayout, current: FleetState,
         files = layout.node(node.spec.name)
         entries.append((node.spec, files, sshd.public_key_line(files.host_key)))
     written = inventory.write(project_dir.resolve(), entries, layout.client_key, installs)
-    # Files of nodes no longer running (another project folder, or fewer nodes) go away.
+    # Files of nodes no longer running go away. Another project folder's files of nodes
+    # that still run stay: a test session there may be deploying with them right now
+    # (``down`` removes every recorded file).
     keep = {str(p) for p in written}
+    running = set(current.nodes)
+    for path in current.inventory_files:
+        if path not in keep and _names_running_node(Path(path).name, running):
+            keep.add(path)
     inventory.remove([p for p in current.inventory_files if p not in keep])
     return current.model_copy(update={"inventory_files": sorted(keep)})
+
+
+def _names_running_node(file_name: str, running: set[str]) -> bool:
+    """Whether an inventory file belongs to a running node (``known_hosts`` to them all)."""
+    return (file_name == "known_hosts" and bool(running)) or any(
+        file_name in (f"{name}.yaml", f"{name}.override.yaml.j2") for name in running)
 
 
 def down(*, config: FleetConfig | None = None, purge: bool = False,

@@ -80,3 +80,32 @@ def test_gpu_readout_follows_the_inventory() -> None:
     assert gpu["uuid"].startswith("GPU-") and len(gpu["uuid"]) == 40
     assert gpu["uuid"] != inventory.gpu_readout(rtx)["gpus"][0]["uuid"]
     assert inventory.gpu_readout(spark) == readout
+
+
+def test_inventory_of_another_project_folder_stays_while_its_nodes_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sim up`` from a second checkout writes the inventory there too, and leaves the
+    first checkout's files of running nodes alone (a test session there may be using them);
+    a node that no longer runs loses its files everywhere."""
+    from servefleet.sim import fleet, sshd, state
+
+    [spec] = fleet_specs(1)
+    old = tmp_path / "first" / "nodes" / "sim"
+    old.mkdir(parents=True)
+    names = ["sim-spark-1.yaml", "sim-spark-1.override.yaml.j2", "known_hosts",
+             "sim-node-9.yaml"]
+    for name in names:
+        (old / name).write_text("x\n")
+    current = state.FleetState(
+        nodes={spec.name: state.NodeState(spec=spec, netns=spec.netns,
+                                          host_veth=spec.host_veth)},
+        inventory_files=[str(old / name) for name in names])
+    monkeypatch.setattr(sshd, "public_key_line", lambda _path: "ssh-ed25519 AAAA test")
+    layout = SimLayout(tmp_path / "state")
+    after = fleet._write_inventory(tmp_path / "second", layout, current, {})
+    assert sorted(p.name for p in old.iterdir()) == [
+        "known_hosts", "sim-spark-1.override.yaml.j2", "sim-spark-1.yaml"]
+    second = tmp_path / "second" / "nodes" / "sim"
+    assert (second / "sim-spark-1.yaml").is_file() and (second / "known_hosts").is_file()
+    assert str(old / "sim-spark-1.yaml") in after.inventory_files
+    assert str(old / "sim-node-9.yaml") not in after.inventory_files
