@@ -181,10 +181,12 @@ class NodeLock:
         if not self.held:
             return
         self.held = False
-        # Unreachable now: the lock stays, and the next rollout names it as stale.
+        # Removing it only while it is ours is safe to repeat: after a dropped link, once
+        # more over a new connection. Unreachable still: the lock stays, and the next
+        # rollout from this machine takes it over (its holder is gone by then).
         with contextlib.suppress(ServefleetError):
             self.transport.run(remote.release_lock(self.transport.node.base_dir, self.owner),
-                               check=False, what="release the node lock")
+                               check=False, idempotent=True, what="release the node lock")
 
     def __enter__(self) -> NodeLock:
         if not self.held:
