@@ -255,15 +255,18 @@ class Trial:
     detail: str
 
 
-def settle(project_dir: Path, handle: testbed.FleetHandle, node: str, trial: int) -> None:
+def settle(project_dir: Path, handle: testbed.FleetHandle, node: str, trial: int,
+           log: Callable[[str], None]) -> bool:
     """Bring ``node`` to a healthy, gated release of trial ``trial`` (no fault)."""
     for _ in range(3):
-        run_controller(project_dir, node, trial, None, trial)
+        code, results, _ = run_controller(project_dir, node, trial, None, trial)
         project = trial_project(project_dir, node, trial)
-        if view(handle, project, node).healthy:
-            return
-    raise SystemExit(f"{node}: cannot bring deployment {DEP} to a healthy state; "
-                     f"see its audit log under {project.nodes[node].base_dir}/{DEP}")
+        seen = view(handle, project, node)
+        if seen.healthy:
+            return True
+        log(f"{node}: not healthy after a plain deploy (exit {code}): {seen}; "
+            f"{json.dumps(results)[:600] if results else 'no result'}")
+    return False
 
 
 def one_trial(project_dir: Path, handle: testbed.FleetHandle, node: str, fault: Fault,
@@ -353,7 +356,9 @@ def main(argv: list[str]) -> int:
         node_faults.mount_small_disk(disk)
         try:
             number = index * 100_000
-            settle(project_dir, handle, node, number)
+            if not settle(project_dir, handle, node, number, log):
+                log(f"{node}: gave up: no healthy start")
+                return
             for fault in chosen:
                 for _trial in range(index, args.trials, len(nodes)):
                     number += 1
@@ -361,8 +366,12 @@ def main(argv: list[str]) -> int:
                     with lock:
                         trials.append(result)
                     if not view(handle, trial_project(project_dir, node, number),
-                                node).healthy:
-                        settle(project_dir, handle, node, number)
+                                node).healthy and not settle(project_dir, handle, node,
+                                                             number, log):
+                        log(f"{node}: gave up after trial {number}: cannot get healthy")
+                        return
+        except Exception as error:
+            log(f"{node}: trials stopped by {type(error).__name__}: {error}")
         finally:
             wipe(handle, node, disk)
             node_faults.unmount_small_disk(disk)
