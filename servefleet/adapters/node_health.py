@@ -606,7 +606,7 @@ def check_deployment(project: Project, node: Node, deployment: str, transport: S
 def gate_checks(transport: SshTransport, node: Node, profile: Profile, deployment: str, *,
                 release_id: str | None, facts: BootFacts, base_url: str,
                 since: float | None, options: HealthOptions | None = None,
-                ) -> tuple[list[CheckRow], str | None]:
+                project: Project | None = None) -> tuple[list[CheckRow], str | None]:
     """What a rollout's health gate can add once its own checks passed (the boot is ready,
     ``/health`` and ``/v1/models`` answered): the rest of the HTTP probes (version, chat,
     metrics, the TurboQuant long prompt, determinism when the profile asks for it) and the
@@ -614,9 +614,12 @@ def gate_checks(transport: SshTransport, node: Node, profile: Profile, deploymen
     baseline, and the image it ran as the deployment's image (what the drift check compares
     with). ``since`` is the node time (epoch seconds) the engine was started at.
 
+    With ``project`` (its pinned model configs), the pool is also checked against the KV
+    planner's prediction, as ``servefleet health`` does.
+
     Returns the rows and the failure class when the engine died during the probes.
     """
-    checker = DeploymentCheck(None, node, deployment, transport,
+    checker = DeploymentCheck(project, node, deployment, transport,
                               options or HealthOptions())
     read = checker.read()
     probes_ok = checker.probe(profile, base_url, since, basic=False)

@@ -834,7 +834,7 @@ class NodeRollout:
             rows, failure_class = gate_checks(
                 self.transport, self.node, target.profile, target.deployment,
                 release_id=target.release_id, facts=booted.facts, base_url=url,
-                since=_epoch(since), options=HealthOptions(
+                since=_epoch(since), project=self.project, options=HealthOptions(
                     secrets=self.secrets, now=self.clock.now, clock=self.clock.monotonic,
                     sleep=self.clock.sleep, http_send=self.send))
             return dataclasses.replace(report, checks=(*report.checks, *rows),
