@@ -2,7 +2,9 @@
 
 The node side is called ``eth0`` and holds 10.77.<index>.2/30; the host side (``sfsim<index>``)
 holds 10.77.<index>.1/30, so the host reaches every node directly and a process on a node
-sees only its own address. Two nodes can therefore both serve on port 8000.
+sees only its own address. Two nodes can therefore both serve on port 8000. Nodes reach each
+other through the host (a route to 10.77.0.0/16 and IPv4 forwarding), as a fleet's nodes
+share a network.
 """
 
 from __future__ import annotations
@@ -44,6 +46,21 @@ def ensure_free(spec: NodeSpec) -> None:
                            "that started it)")
 
 
+FLEET_NETWORK = "10.77.0.0/16"
+"""Every node's address is in it (10.77.<index>.2)."""
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+
+
+def enable_forwarding() -> None:
+    """Let this machine route between the nodes' veths (what Docker does on its hosts)."""
+    try:
+        if IP_FORWARD.read_text().strip() != "1":
+            IP_FORWARD.write_text("1\n")
+    except OSError as error:
+        raise SimError(f"cannot enable IPv4 forwarding between the simulated nodes "
+                       f"({IP_FORWARD}: {error})") from None
+
+
 def create(spec: NodeSpec) -> None:
     """Create the node's namespace and veth pair (after :func:`ensure_free`)."""
     _ip("netns", "add", spec.netns)
@@ -56,6 +73,10 @@ def create(spec: NodeSpec) -> None:
         _ip("-n", spec.netns, "addr", "add", f"{spec.address}/30", "dev", "eth0")
         _ip("-n", spec.netns, "link", "set", "eth0", "up")
         _ip("-n", spec.netns, "link", "set", "lo", "up")
+        # Nodes reach each other through this machine, as a fleet's nodes share a network
+        # (an engine spanning two nodes connects its ranks over it).
+        _ip("-n", spec.netns, "route", "add", FLEET_NETWORK, "via", spec.host_address)
+        enable_forwarding()
     except SimError:
         remove(spec.netns, spec.host_veth)
         raise
