@@ -58,11 +58,18 @@ def cut_ssh_sessions(layout: SimLayout, name: str) -> int:
 
 
 def stop_sshd(layout: SimLayout, name: str) -> None:
-    """Take the node's sshd down with every session (as a crashed or stopped daemon)."""
+    """Take the node's sshd down with every session, as when the node drops off the
+    network: the daemon stops, and so does each open connection (a session leads a process
+    session of its own, so stopping the daemon alone would leave it open)."""
     with state.locked(layout):
         record = _node_state(layout, name).sshd
-        if record is not None:
-            procs.stop(record, timeout=2.0, group=True)
+        if record is None or not procs.is_alive(record):
+            return
+        sessions = _children(record.pid)
+        procs.stop(record, timeout=2.0, group=True)
+        for child in sessions:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
 
 
 def start_sshd(layout: SimLayout, name: str) -> None:

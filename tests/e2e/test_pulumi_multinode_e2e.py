@@ -67,6 +67,8 @@ def pulumi(tmp_path_factory: pytest.TempPathFactory, pulumi_bin: Path,  # noqa: 
     root = tmp_path_factory.mktemp("pulumi-pair-e2e")
     project = root / "project"
     _copy_project(fleet.project_dir, project)
+    # The copy carries the sim stack's file; this stack is the pair's.
+    shutil.copy2(fleet.project_dir / f"Pulumi.{STACK}.yaml", project / f"Pulumi.{STACK}.yaml")
     (root / "state").mkdir()
     (root / "home").mkdir()
     env = {

@@ -95,8 +95,11 @@ class Recovery:
         release = (observed.current_release if decision.action == "restart"
                    else restore_target(observed))
         if release is None:
-            return (f"{node.name}/{deployment}: no release to "
-                    f"{'restart' if decision.action == 'restart' else 'fall back to'}")
+            why = f"no release to {'restart' if decision.action == 'restart' else 'fall back to'}"
+            with contextlib.suppress(ServefleetError):
+                release_store.audit(transport, deployment, rollout.audit_line(
+                    operation, deployment, observed.current_release, "nothing-to-do", why))
+            return f"{node.name}/{deployment}: {why}"
         target = rollout.target_from_manifest(deployment, release,
                                               rollout.manifest_of(deployment, release))
         if decision.wait_for_memory and target.utilization is not None:
