@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from servefleet.cli.main import CliContext
+from servefleet.cli.notify import run_notify
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -35,7 +36,6 @@ DEFAULT_TIMEOUT_SECONDS = 60.0
 """``--timeout``'s default, spelled out so that --help need not import the collector; a test
 holds it equal to :data:`servefleet.adapters.drift_collect.DEFAULT_TIMEOUT_SECONDS`."""
 
-NOTIFY_TIMEOUT_SECONDS = 120
 SHOWN_VALUE_CHARS = 48
 STATUS_STYLES = {"ok": "bold green", "drift": "bold yellow", "error": "bold red"}
 NIGHTLY_TEMPLATES = "nightly"
@@ -92,20 +92,8 @@ def print_report(console: Console, report: DriftReport) -> None:
 
 
 def notify(command: str, report: DriftReport) -> str | None:
-    """Run ``command`` (split like a shell would, run without one) with the JSON report on
-    stdin; None when it succeeded, else one line saying why not."""
-    argv = shlex.split(command)
-    if not argv:
-        return "--notify: empty command"
-    try:
-        done = subprocess.run(argv, input=report.to_json().encode(), capture_output=True,
-                              timeout=NOTIFY_TIMEOUT_SECONDS, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"--notify {argv[0]}: {error}"
-    if done.returncode != 0:
-        tail = done.stderr.decode("utf-8", "replace").strip()[-300:]
-        return f"--notify {argv[0]} exited {done.returncode}" + (f": {tail}" if tail else "")
-    return None
+    """Hand the JSON to the ``--notify`` command (:func:`servefleet.cli.notify.run_notify`)."""
+    return run_notify(command, report.to_json())
 
 
 def _with_multinode(project: Project, nodes: tuple[str, ...], check_fleet: Any,

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -24,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from servefleet.cli.main import CliContext
+from servefleet.cli.notify import run_notify
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
     from servefleet.adapters.watch.fleet import WatchEvent
 
 UNIT_NAME = "servefleet-watch"
-NOTIFY_TIMEOUT_SECONDS = 120
 STATE_STYLES = {"healthy": "green", "idle": "cyan", "starting": "yellow", "wedged": "bold red",
                 "crash_looping": "bold red", "down": "red", "unknown": "magenta"}
 TEXTFILE_HELP = ("Write the per-deployment state to PATH (Prometheus text format) after "
@@ -39,20 +37,8 @@ TEXTFILE_HELP = ("Write the per-deployment state to PATH (Prometheus text format
 
 
 def notify_event(command: str, event: dict[str, Any]) -> str | None:
-    """Run ``command`` (split like a shell would, run without one) with ``event`` as JSON on
-    stdin; None when it succeeded, else one line saying why not (drift's contract)."""
-    argv = shlex.split(command)
-    if not argv:
-        return "--notify: empty command"
-    try:
-        done = subprocess.run(argv, input=json.dumps(event).encode(), capture_output=True,
-                              timeout=NOTIFY_TIMEOUT_SECONDS, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"--notify {argv[0]}: {error}"
-    if done.returncode != 0:
-        tail = done.stderr.decode("utf-8", "replace").strip()[-300:]
-        return f"--notify {argv[0]} exited {done.returncode}" + (f": {tail}" if tail else "")
-    return None
+    """Hand the JSON to the ``--notify`` command (:func:`servefleet.cli.notify.run_notify`)."""
+    return run_notify(command, json.dumps(event))
 
 
 def _label(value: str) -> str:

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -26,6 +27,9 @@ from servefleet.sim.fleet import FleetConfig
 from servefleet.sim.layout import NodeLayout
 from servefleet.sim.programs import find_program
 from servefleet.sim.spec import NodeSpec, fleet_specs
+
+if TYPE_CHECKING:
+    from servefleet.core.project import Project
 
 PLACEHOLDER_SERVER = '''\
 """Placeholder stand-in engine: one boot line, then /health on the --port it is given."""
@@ -151,6 +155,19 @@ class FleetHandle:
             raise SimError(f"{name}: {shlex.quote(command)} exited {result.returncode}: "
                            f"{result.stderr.strip()[-2000:]}")
         return result
+
+
+    def remove_deployment(self, project: Project, deployment: str,
+                          nodes: Iterable[str] | None = None, *, check: bool = True) -> None:
+        """Remove ``deployment`` from ``nodes`` (default: every node of the fleet): its
+        containers, found by its compose project, and its folder under the node's
+        ``base_dir``. What a test deploys is gone before it starts and after it ends."""
+        for name in nodes if nodes is not None else self.nodes:
+            folder = f"{project.nodes[name].base_dir}/{deployment}"
+            self.ssh(name, "ids=$(docker ps -aq --filter label=com.docker.compose.project="
+                           f"{shlex.quote('servefleet-' + deployment)}); "
+                           "[ -z \"$ids\" ] || docker rm -f $ids >/dev/null; "
+                           f"rm -rf {shlex.quote(folder)}", check=check)
 
 
 def acquire(project_dir: Path, config: FleetConfig, specs: list[NodeSpec] | None = None,

@@ -67,11 +67,7 @@ def fleet(sim_fleet: FleetHandle) -> FleetHandle:
 
 def wipe(fleet: FleetHandle, project: Project) -> None:
     """Remove the test deployment (containers and folder) from every node."""
-    for name in fleet.nodes:
-        fleet.ssh(name, "ids=$(docker ps -aq --filter "
-                        f"label=com.docker.compose.project=servefleet-{DEP}); "
-                        "[ -z \"$ids\" ] || docker rm -f $ids >/dev/null")
-        shutil.rmtree(Path(project.nodes[name].base_dir) / DEP, ignore_errors=True)
+    fleet.remove_deployment(project, DEP)
 
 
 @pytest.fixture(scope="module")

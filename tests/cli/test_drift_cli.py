@@ -299,11 +299,7 @@ def fleet(sim_fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory,
 
     def wipe() -> None:
         for deployment in (OVERLAY, PLAIN):
-            sim_fleet.ssh(target.name, f"ids=$(docker ps -aq --filter label=io.servefleet."
-                                       f"deployment={deployment}); [ -z \"$ids\" ] || "
-                                       "docker rm -f $ids >/dev/null", check=False)
-            shutil.rmtree(Path(project.nodes[target.name].base_dir) / deployment,
-                          ignore_errors=True)
+            sim_fleet.remove_deployment(project, deployment, [target.name])
 
     wipe()
     results = deploy(project, secrets=SECRETS)

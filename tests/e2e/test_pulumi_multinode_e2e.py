@@ -42,12 +42,7 @@ NODES = ("sim-spark-1", "sim-spark-2")
 
 def wipe(fleet: FleetHandle, project_dir: Path) -> None:  # noqa: F811
     """Remove the pair's containers and folders from both nodes."""
-    project = load_project(project_dir, STACK)
-    for node in NODES:
-        fleet.ssh(node, "ids=$(docker ps -aq --filter "
-                        f"label=com.docker.compose.project=servefleet-{DEP}); "
-                        "[ -z \"$ids\" ] || docker rm -f $ids >/dev/null")
-        shutil.rmtree(Path(project.nodes[node].base_dir) / DEP, ignore_errors=True)
+    fleet.remove_deployment(load_project(project_dir, STACK), DEP, NODES)
 
 
 def running_release(fleet: FleetHandle, node: str) -> str:  # noqa: F811

@@ -29,10 +29,7 @@ PORT = 8002
 
 def wipe(fleet: FleetHandle, project: Project) -> None:
     """Remove the test deployment (containers and folder) from the node."""
-    fleet.ssh(NODE, "ids=$(docker ps -aq --filter "
-                    f"label=com.docker.compose.project=servefleet-{DEP}); "
-                    "[ -z \"$ids\" ] || docker rm -f $ids >/dev/null")
-    shutil.rmtree(Path(project.nodes[NODE].base_dir) / DEP, ignore_errors=True)
+    fleet.remove_deployment(project, DEP, [NODE])
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,7 @@ by validation."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -28,11 +26,7 @@ PROFILE = "qwen36-fp8-tp2"
 
 def wipe(fleet: FleetHandle, project: Project) -> None:
     """Remove the pair's containers and folders from both nodes."""
-    for node in NODES:
-        fleet.ssh(node, "ids=$(docker ps -aq --filter "
-                        f"label=com.docker.compose.project=servefleet-{DEP}); "
-                        "[ -z \"$ids\" ] || docker rm -f $ids >/dev/null")
-        shutil.rmtree(Path(project.nodes[node].base_dir) / DEP, ignore_errors=True)
+    fleet.remove_deployment(project, DEP, NODES)
 
 
 @pytest.fixture(scope="module")

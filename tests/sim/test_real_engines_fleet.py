@@ -37,10 +37,7 @@ RTX = "sim-5090"
 # -- helpers ---------------------------------------------------------------------------------
 def wipe(fleet: FleetHandle, project: Project) -> None:
     """Remove the test deployment (containers and folder) from every node."""
-    for name in fleet.nodes:
-        fleet.ssh(name, "ids=$(docker ps -aq --filter label=io.servefleet.deployment=" + DEP
-                  + "); [ -z \"$ids\" ] || docker rm -f $ids >/dev/null")
-        fleet.ssh(name, f"rm -rf {project.nodes[name].base_dir}/{DEP}")
+    fleet.remove_deployment(project, DEP)
 
 
 @pytest.fixture(scope="module")

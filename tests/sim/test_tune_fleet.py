@@ -29,9 +29,7 @@ SECRETS = {"HF_TOKEN": "hf_tune-fleet-test-secret"}
 
 
 def wipe(fleet: FleetHandle, project: Project) -> None:
-    fleet.ssh(SPARK, "ids=$(docker ps -aq --filter label=io.servefleet.deployment=" + DEP
-              + "); [ -z \"$ids\" ] || docker rm -f $ids >/dev/null")
-    fleet.ssh(SPARK, f"rm -rf {project.nodes[SPARK].base_dir}/{DEP}")
+    fleet.remove_deployment(project, DEP, [SPARK])
 
 
 @pytest.fixture(scope="module")

@@ -71,11 +71,7 @@ def audit(fleet: FleetHandle, stack: Project, node: str) -> str:
 
 
 def wipe(fleet: FleetHandle, project: Project) -> None:
-    for name in fleet.nodes:
-        fleet.ssh(name, "ids=$(docker ps -aq --filter label=com.docker.compose.project="
-                  f"servefleet-{DEP}); [ -z \"$ids\" ] || docker rm -f $ids >/dev/null",
-                  check=False)
-        fleet.ssh(name, f"rm -rf {project.nodes[name].base_dir}/{DEP}", check=False)
+    fleet.remove_deployment(project, DEP, check=False)
 
 
 def test_sigstopped_engine_core_is_wedged_and_restarted(real_engines: FleetHandle) -> None:
