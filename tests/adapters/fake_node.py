@@ -10,11 +10,14 @@ the releases the test names; boot-log parsing and probes have their own tests.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +30,33 @@ from servefleet.adapters.rollout import Abort, DeploymentResult, NodeRollout, Ta
 from servefleet.adapters.ssh import CommandResult
 from servefleet.core.errors import CommandTimedOut, ConnectionLost, RemoteError
 from servefleet.core.health_table import CheckRow
-from servefleet.core.models import Node
+from servefleet.core.models import Deployment, Node
 from servefleet.core.observed import ObservedNode, parse_container, parse_observation
+from servefleet.core.project import Project, load_project
 from servefleet.core.secrets import SecretMask
 
 FAKE_DOCKER = Path(__file__).with_name("fake_docker.py")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def short_temp_dir(prefix: str) -> Iterator[Path]:
+    """A fixture's body: a throw-away folder with a short path (unix socket paths and the
+    fake Docker's files under it stay short), removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def one_deployment_project(base: Path, node: str, profile: str) -> Project:
+    """The reference stack with deployment ``main`` of ``profile`` on ``node`` (on its first
+    port), the node's ``base_dir`` moved to ``base``."""
+    project = load_project(REPO_ROOT, "reference")
+    moved = project.nodes[node].model_copy(update={"base_dir": str(base)})
+    stack = project.stack.model_copy(update={"deployments": [
+        Deployment(node=node, name="main", profile=profile, port=moved.ports[0])]})
+    return dataclasses.replace(project, nodes={**project.nodes, node: moved}, stack=stack)
 
 FaultKind = Literal["error", "timeout", "lost", "interrupt", "sigterm", "sigterm-twice"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("error", "timeout", "lost", "interrupt", "sigterm",

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
 import pytest
-from fake_node import FakeNodeTransport, Fault, FollowGateRollout
+from fake_node import (
+    FakeNodeTransport,
+    Fault,
+    FollowGateRollout,
+    one_deployment_project,
+    short_temp_dir,
+)
 
 from servefleet.adapters import remote
 from servefleet.adapters.node_health import HealthOptions, check_deployment
@@ -30,8 +34,7 @@ from servefleet.adapters.probes import HttpAnswer
 from servefleet.adapters.rollout import Abort, NodeResult, render_for
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.health_table import HealthRow
-from servefleet.core.models import Deployment
-from servefleet.core.project import Project, load_project
+from servefleet.core.project import Project
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "boot-logs"
@@ -58,19 +61,11 @@ def vllm_log() -> Path:
 
 @pytest.fixture
 def root() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="servefleet-regate-"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    yield from short_temp_dir("servefleet-regate-")
 
 
 def project_at(base: Path) -> Project:
-    project = load_project(REPO_ROOT, "reference")
-    node = project.nodes[NODE].model_copy(update={"base_dir": str(base)})
-    stack = project.stack.model_copy(update={"deployments": [
-        Deployment(node=NODE, name="main", profile=PROFILE, port=node.ports[0])]})
-    return dataclasses.replace(project, nodes={**project.nodes, NODE: node}, stack=stack)
+    return one_deployment_project(base, NODE, PROFILE)
 
 
 def deploy(project: Project, transport: FakeNodeTransport) -> tuple[NodeResult,

@@ -7,25 +7,21 @@ Neither the value nor any digest of it reaches the plan's text or JSON or the ma
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
 import pytest
-from fake_node import FakeGateRollout, FakeNodeTransport
+from fake_node import FakeGateRollout, FakeNodeTransport, one_deployment_project, short_temp_dir
 
 from servefleet.adapters import remote
 from servefleet.adapters.rollout import Abort, NodeResult, render_for
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.envdigest import keyed_value_digests
-from servefleet.core.models import Deployment
 from servefleet.core.observed import parse_observation
-from servefleet.core.project import Project, load_project
+from servefleet.core.project import Project
 from servefleet.core.render.release import ENV_FILE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,19 +33,11 @@ NEW = "hf_rotation_test_new_value"
 
 @pytest.fixture
 def root() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="servefleet-rotate-"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    yield from short_temp_dir("servefleet-rotate-")
 
 
 def project_at(base: Path) -> Project:
-    project = load_project(REPO_ROOT, "reference")
-    node = project.nodes[NODE].model_copy(update={"base_dir": str(base)})
-    stack = project.stack.model_copy(update={"deployments": [
-        Deployment(node=NODE, name="main", profile=PROFILE, port=node.ports[0])]})
-    return dataclasses.replace(project, nodes={**project.nodes, NODE: node}, stack=stack)
+    return one_deployment_project(base, NODE, PROFILE)
 
 
 def deploy(project: Project, transport: FakeNodeTransport, token: str) -> NodeResult:
