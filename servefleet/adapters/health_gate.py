@@ -29,7 +29,7 @@ from servefleet.adapters import probes
 from servefleet.adapters.probes import EngineClient, HttpAnswer, Send
 from servefleet.core.bootlog.model import BootFacts, Evidence, LlamaCppExtra
 from servefleet.core.expectations import ExpectedHealth, derive_expectations
-from servefleet.core.health_table import CheckRow, Verdict, shown
+from servefleet.core.health_table import CheckRow, Verdict, failed_rows, rows_pass, shown
 from servefleet.core.models import Node, Profile
 from servefleet.core.plan import flags_from_argv
 from servefleet.core.project import profile_identity
@@ -60,12 +60,12 @@ class HealthReport:
     @property
     def ok(self) -> bool:
         """No check failed."""
-        return not any(c.verdict == "fail" for c in self.checks)
+        return rows_pass(self.checks)
 
     @property
     def failures(self) -> list[Check]:
         """The failed checks."""
-        return [c for c in self.checks if c.verdict == "fail"]
+        return failed_rows(self.checks)
 
     def summary(self) -> str:
         """One line: ``healthy`` or the first failure with what was expected."""
@@ -329,6 +329,6 @@ def run_gate(facts: BootFacts, base_url: str, spec: GateSpec, *, deadline: float
     for probe in HTTP_PROBES:
         rows = probe(ctx)
         checks.extend(rows)
-        if any(r.verdict == "fail" for r in rows):
+        if not rows_pass(rows):
             break
     return HealthReport(url=base_url, checks=tuple(checks), facts=headline_facts(facts))

@@ -31,7 +31,7 @@ from servefleet.adapters.node_health import (
     split_runs,
 )
 from servefleet.core.errors import RemoteError, ServefleetError
-from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow
+from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow, rows_pass
 from servefleet.core.models import MultiNodeDeployment, Node
 from servefleet.core.observed import parse_observation
 from servefleet.core.project import Project
@@ -89,7 +89,7 @@ def worker_log_rows(lines: Sequence[str], nccl_wanted: str | None) -> list[Check
 def _rank_rows(index: int, node: str, rows: Sequence[HealthRow], state: str,
                ) -> list[HealthRow]:
     """The rank's summary line, then its rows with the rank in front of each fact."""
-    failed = any(r.verdict == "fail" for r in rows) or state == "unreachable"
+    failed = not rows_pass(rows) or state == "unreachable"
     head = CheckRow(f"rank {index} {rank_role(index)} {node}", "healthy",
                     state if failed or state != "healthy" else "healthy",
                     "fail" if failed else "pass" if state == "healthy" else "info")
@@ -119,8 +119,7 @@ def check_multinode(project: Project, dep: MultiNodeDeployment,
                 else:
                     release = head.release_id if head is not None else None
                     mine = worker_rows(project, node, dep, release, check)
-                    state = "healthy" if all(r.verdict != "fail" for r in mine) \
-                        else "unhealthy"
+                    state = "healthy" if rows_pass(mine) else "unhealthy"
                     rows += _rank_rows(index, name, mine, state)
         except ServefleetError as error:
             errors.append(mask(str(error)))
@@ -131,7 +130,7 @@ def check_multinode(project: Project, dep: MultiNodeDeployment,
         profile=head.profile if head else None, release_id=head.release_id if head else None,
         url=head.url if head else None,
         failure_class=(head.failure_class if head else None)
-        or (None if not any(r.verdict == "fail" for r in rows) else "worker_failed"),
+        or (None if rows_pass(rows) else "worker_failed"),
         facts=dict(head.facts) if head else {},
         error="; ".join(errors) if errors and len(errors) == len(dep.nodes) else None,
         boot_phase=head.boot_phase if head else None)

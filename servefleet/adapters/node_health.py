@@ -60,7 +60,7 @@ from servefleet.core.bootlog import BootFacts, BootLogParser
 from servefleet.core.bootlog.phase import boot_phase
 from servefleet.core.errors import ConfigError, LockHeld, RemoteError, ServefleetError
 from servefleet.core.expectations import derive_expectations
-from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow
+from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow, rows_pass
 from servefleet.core.kvplan.gate import check_against_prediction, expectations_with_prediction
 from servefleet.core.models import Node, Profile
 from servefleet.core.observed import ObservedContainer, ObservedDeployment, parse_observation
@@ -522,7 +522,7 @@ class DeploymentCheck:
                 self.rows.append(CheckRow(
                     "engine after probes", "alive", f"failed: {cls}", "fail",
                     _evidence_lines(after, "outcome", "failure_reason")))
-        return not any(r.verdict == "fail" for r in results.rows)
+        return rows_pass(results.rows)
 
     def baseline_rows(self, profile: Profile, facts: BootFacts, read: NodeRead,
                       kv_smaller_than: str | None) -> None:
@@ -554,7 +554,7 @@ class DeploymentCheck:
         rollout's gate, which started the container itself) the image the release booted
         from is recorded too. One write for both."""
         opts = self.options
-        healthy = not any(r.verdict == "fail" for r in self.rows)
+        healthy = rows_pass(self.rows)
         if not opts.record_baselines or not (healthy or opts.rebaseline):
             return
         now = opts.now()

@@ -27,7 +27,7 @@ from servefleet.core.baselines import BASELINE_FILE, Baseline, relative_change
 from servefleet.core.gpu import ExpectedGpuFacts, GpuProbeResult, compare_with_inventory
 from servefleet.core.models.common import StrictModel
 from servefleet.core.models.profile import version_tuple
-from servefleet.core.observed import RELEASE_LABEL
+from servefleet.core.observed import ObservedContainer
 from servefleet.core.secrets import secret_digest
 
 MANIFEST_FILE = "manifest.json"
@@ -187,66 +187,6 @@ class DesiredNode(StrictModel):
 # --------------------------------------------------------------------------- observed state
 
 
-class ObservedEnvValue(StrictModel):
-    """One environment variable of a container, as the node reported it."""
-
-    sha256: str
-    """``sha256:`` digest of the value (computed on the node)."""
-    value: str | None = None
-    """The value itself, only for variables known not to be secret."""
-
-
-class ObservedContainerState(StrictModel):
-    """The deployment's engine container, as ``docker inspect`` showed it."""
-
-    id: str
-    """Container id."""
-    name: str
-    """Container name."""
-    status: str
-    """Docker state: ``running``, ``restarting``, ``exited``, ``created``, ``paused``, ``dead``."""
-    exit_code: int = 0
-    """Exit code of the last run."""
-    oom_killed: bool = False
-    """The kernel OOM killer ended the last run."""
-    restart_count: int = 0
-    """Restarts under Docker's restart policy since the container was created."""
-    started_at: str | None = None
-    """Start of the current (or last) run."""
-    health: str | None = None
-    """Docker healthcheck status (``starting``, ``healthy``, ``unhealthy``); ``None``
-    without a healthcheck."""
-    command: tuple[str, ...] | None = None
-    """``Config.Cmd``."""
-    env: dict[str, ObservedEnvValue] = Field(default_factory=dict)
-    """``Config.Env``; values hashed on the node."""
-    labels: dict[str, str] = Field(default_factory=dict)
-    """``Config.Labels``."""
-    image_ref: str | None = None
-    """``Config.Image``: the reference the container was created from."""
-    image_id: str | None = None
-    """``Image``: the image ID it runs."""
-    repo_digests: tuple[str, ...] = ()
-    """RepoDigests of the image it runs (``repo@sha256:…``)."""
-    ref_image_id: str | None = None
-    """Image ID that ``image_ref`` resolves to on the node now."""
-    image_env: dict[str, str] = Field(default_factory=dict)
-    """The image's own environment (name → ``sha256:`` digest): not set by compose."""
-    image_labels: dict[str, str] = Field(default_factory=dict)
-    """The image's own labels."""
-    patch_marker_sha256: str | None = None
-    """sha256 of the overlay marker inside the container; ``None`` when absent."""
-    patch_marker_checked: bool = False
-    """Whether the marker could be looked for (the container must run)."""
-    others: int = 0
-    """Further containers of the same compose project (left-overs)."""
-
-    @property
-    def running(self) -> bool:
-        """Up and not crash-looping."""
-        return self.status == "running"
-
-
 class BootSummary(StrictModel):
     """The facts of the latest boot log that drift compares."""
 
@@ -276,8 +216,11 @@ class ObservedDeploymentState(StrictModel):
     manifest itself left out)."""
     release_secret_digests: dict[str, str] = Field(default_factory=dict)
     """Variable → ``sha256:`` digest of its value in the current release's ``engine.env``."""
-    container: ObservedContainerState | None = None
-    """The engine container; ``None`` when there is none."""
+    container: ObservedContainer | None = None
+    """The engine container (the drift collector fills every field); ``None`` when there
+    is none."""
+    others: int = 0
+    """Further containers of the same compose project (left-overs)."""
     docker_error: str | None = None
     """Why containers could not be listed."""
     boot: BootSummary | None = None
@@ -337,7 +280,7 @@ def _short(digest: str | None) -> str | None:
     return f"{algo}:{hexpart[:12]}" if hexpart else digest[:12]
 
 
-def _status_phrase(container: ObservedContainerState) -> str:
+def _status_phrase(container: ObservedContainer) -> str:
     detail = "OOM-killed, " if container.oom_killed else ""
     return f"{container.status} ({detail}exit {container.exit_code})"
 
@@ -445,7 +388,8 @@ def _compare_files(want: DesiredDeployment, have: ObservedDeploymentState,
         items.add(DriftKind.FILE_HASH, want_hash, have_hash, message, path)
 
 
-def _compare_container_state(container: ObservedContainerState, items: _Items) -> None:
+def _compare_container_state(have: ObservedDeploymentState, container: ObservedContainer,
+                             items: _Items) -> None:
     if container.status == "restarting":
         items.add(DriftKind.CONTAINER_RESTARTING, "running",
                   f"restarting ({container.restart_count} restarts)",
@@ -459,18 +403,18 @@ def _compare_container_state(container: ObservedContainerState, items: _Items) -
         items.add(DriftKind.CONTAINER_RESTARTING, 0, container.restart_count,
                   f"container {container.name} runs but Docker restarted it "
                   f"{container.restart_count} time(s) since it was created (it crashed)")
-    if container.others:
-        items.add(DriftKind.CONTAINER_STOPPED, 1, 1 + container.others,
-                  f"{container.others} more container(s) belong to the compose project "
+    if have.others:
+        items.add(DriftKind.CONTAINER_STOPPED, 1, 1 + have.others,
+                  f"{have.others} more container(s) belong to the compose project "
                   "(left-overs of a hand-made change?)", "containers")
 
 
-def _compare_gate(have: ObservedDeploymentState, container: ObservedContainerState,
+def _compare_gate(have: ObservedDeploymentState, container: ObservedContainer,
                   items: _Items) -> None:
     """A running engine whose container is not the one the gate mark names."""
     if have.gated is None or not container.running:
         return
-    release = container.labels.get(RELEASE_LABEL)
+    release = container.release_label
     gated_release, started = have.gated.get("release"), have.gated.get("started")
     if gated_release is None:
         why = "no passed health gate is recorded for it"
@@ -486,7 +430,7 @@ def _compare_gate(have: ObservedDeploymentState, container: ObservedContainerSta
               "through the gate", "gated")
 
 
-def _compare_command(want: DesiredDeployment, container: ObservedContainerState,
+def _compare_command(want: DesiredDeployment, container: ObservedContainer,
                      items: _Items) -> None:
     if want.command is None or container.command is None:
         return
@@ -505,7 +449,7 @@ def _compare_command(want: DesiredDeployment, container: ObservedContainerState,
 
 
 def _compare_env(want: DesiredDeployment, have: ObservedDeploymentState,
-                 container: ObservedContainerState, items: _Items) -> None:
+                 container: ObservedContainer, items: _Items) -> None:
     env = container.env
     for name, value in sorted(want.env.items()):
         got = env.get(name)
@@ -537,7 +481,7 @@ def _compare_env(want: DesiredDeployment, have: ObservedDeploymentState,
                   "release (added by hand?)", name)
 
 
-def _compare_labels(want: DesiredDeployment, container: ObservedContainerState,
+def _compare_labels(want: DesiredDeployment, container: ObservedContainer,
                     items: _Items) -> None:
     labels = container.labels
     for name, value in sorted(want.labels.items()):
@@ -556,7 +500,7 @@ def _compare_labels(want: DesiredDeployment, container: ObservedContainerState,
                   f"label {name}={got!r} is on the container but not in the release", name)
 
 
-def _compare_image(want: DesiredDeployment, container: ObservedContainerState,
+def _compare_image(want: DesiredDeployment, container: ObservedContainer,
                    items: _Items) -> None:
     image = want.image
     have_id = container.image_id
@@ -579,7 +523,7 @@ def _compare_image(want: DesiredDeployment, container: ObservedContainerState,
                   "restart would run the other image)", "image_ref")
 
 
-def _compare_patch_set(want: DesiredDeployment, container: ObservedContainerState,
+def _compare_patch_set(want: DesiredDeployment, container: ObservedContainer,
                        items: _Items) -> None:
     if not container.patch_marker_checked:
         return
@@ -656,7 +600,7 @@ def _compare_deployment(want: DesiredDeployment, have: ObservedDeploymentState |
         items.add(DriftKind.CONTAINER_MISSING, "running", None,
                   "the deployment has no container; deploy again")
         return items.found
-    _compare_container_state(container, items)
+    _compare_container_state(have, container, items)
     _compare_gate(have, container, items)
     _compare_command(want, container, items)
     _compare_env(want, have, container, items)

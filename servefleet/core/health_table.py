@@ -8,9 +8,9 @@ row is named again with the log lines (or HTTP answers) that prove it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 Verdict = Literal["pass", "fail", "warn", "info"]
 VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "warn", "info")
@@ -38,6 +38,21 @@ class HealthRow(Protocol):
     @property
     def evidence(self) -> tuple[str, ...]:
         """Proving log lines or HTTP answers."""
+
+
+RowT = TypeVar("RowT", bound=HealthRow)
+
+
+def failed_rows(rows: Iterable[RowT]) -> list[RowT]:
+    """The rows that fail: the one rule that turns check rows into a verdict, shared by the
+    rollout's gate, ``servefleet health`` and the Pulumi provider's rollout. Only ``fail``
+    counts; ``warn`` and ``info`` rows are shown, never judged."""
+    return [r for r in rows if r.verdict == "fail"]
+
+
+def rows_pass(rows: Iterable[HealthRow]) -> bool:
+    """No row fails (see :func:`failed_rows`)."""
+    return not failed_rows(rows)
 
 
 @dataclass(frozen=True)
@@ -104,7 +119,7 @@ class DeploymentHealth:
     @property
     def failed(self) -> bool:
         """Not checked, or a row failed."""
-        return self.error is not None or any(r.verdict == "fail" for r in self.rows)
+        return self.error is not None or not rows_pass(self.rows)
 
     @property
     def booting(self) -> bool:
@@ -126,7 +141,7 @@ class DeploymentHealth:
     @property
     def failures(self) -> list[HealthRow]:
         """The failed rows."""
-        return [r for r in self.rows if r.verdict == "fail"]
+        return failed_rows(self.rows)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -12,6 +12,7 @@ import base64
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from servefleet.adapters import remote
 from servefleet.adapters.drift_collect import (
     CollectOptions,
     DeploymentQuery,
@@ -40,6 +42,7 @@ from servefleet.adapters.drift_collect import (
 from servefleet.adapters.drift_collect import collector_script as script
 from servefleet.adapters.ssh import CommandResult, SshTransport
 from servefleet.core.models import Node
+from servefleet.core.observed import ObservedContainer, parse_container
 from servefleet.core.project import load_nodes, load_project
 from servefleet.core.render import RenderedRelease, hashed_env_text, render_release
 from servefleet.core.secrets import secret_digest
@@ -233,6 +236,69 @@ def test_boot_log_is_parsed_on_the_control_side() -> None:
     observation = observation_from_answer("n", json.dumps(answer), [DeploymentQuery("main")])
     boot = observation.deployments["main"].boot
     assert boot is not None and boot.kv_cache_tokens == 360_448 and boot.outcome == "ready"
+
+
+# One engine container as ``docker inspect`` prints it (the fields both readers read).
+INSPECTED: dict[str, Any] = {
+    "Id": "4f" * 32, "Name": "/servefleet-main-engine-1", "Image": "sha256:" + "1" * 64,
+    "RestartCount": 2, "Created": "2026-11-21T09:59:58.1Z",
+    "State": {"Status": "running", "ExitCode": 0, "OOMKilled": False,
+              "StartedAt": "2026-11-21T10:00:00.123456789Z",
+              "Health": {"Status": "healthy"}},
+    "Config": {"Image": "vllm/vllm-openai:v0.21.0", "Cmd": ["--model", "m", "--port", "8000"],
+               "Env": ["HF_TOKEN=hf_abc", "MODE=fast"],
+               "Labels": {"com.docker.compose.project": "servefleet-main",
+                          "com.docker.compose.service": "engine",
+                          "com.docker.compose.project.working_dir":
+                              "/srv/sf/main/releases/aaaaaaaaaaaa",
+                          "io.servefleet.release": "aaaaaaaaaaaa"}},
+}
+
+
+def _go_template(template: str, data: dict[str, Any]) -> str:
+    """``docker inspect --format`` for the two forms :data:`remote.INSPECT_TEMPLATE` uses:
+    ``{{json .A.B}}`` and ``{{if .A}}…{{else}}…{{end}}``."""
+    def lookup(path: str) -> Any:
+        value: Any = data
+        for key in path.strip(".").split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    text = re.sub(r"\{\{if (\.[\w.]+)\}\}(.*?)\{\{else\}\}(.*?)\{\{end\}\}",
+                  lambda m: m[2] if lookup(m[1]) else m[3], template)
+    text = re.sub(r"\{\{json (\.[\w.]+)\}\}", lambda m: json.dumps(lookup(m[1])), text)
+    assert "{{" not in text, text
+    return text
+
+
+def test_both_readers_fill_the_one_container_model() -> None:
+    """The observe command (rollout, plan, health, watch) and the drift collector read the
+    same container into the same model, with the same values in the fields both read."""
+    observed = parse_container(_go_template(remote.INSPECT_TEMPLATE, INSPECTED))
+    deployment = {"present": True, "current": "aaaaaaaaaaaa", "files": {}, "others": 1,
+                  "container": script.container_facts(INSPECTED, {"MODE"})}
+    answer = {"schema": 1, "docker_error": None, "gpu": None, "gpu_error": None,
+              "errors": [], "deployments": {"main": deployment}}
+    state = observation_from_answer("n", json.dumps(answer), [DeploymentQuery("main")])
+    collected = state.deployments["main"].container
+    assert isinstance(observed, ObservedContainer) and isinstance(collected, ObservedContainer)
+    assert state.deployments["main"].others == 1
+
+    common = ("name", "status", "exit_code", "oom_killed", "restart_count", "started_at",
+              "health", "image_ref", "labels")
+    assert observed.model_dump(include=set(common)) == collected.model_dump(include=set(common))
+    assert observed.name == "servefleet-main-engine-1" and observed.running
+    assert observed.image_ref == "vllm/vllm-openai:v0.21.0" and observed.restart_count == 2
+    assert observed.release_id == collected.release_id == "aaaaaaaaaaaa"
+    assert observed.service == collected.service == "engine"
+    # The drift collector's deeper reads; the observe command leaves them empty.
+    assert collected.id == INSPECTED["Id"] and collected.image_id == INSPECTED["Image"]
+    assert collected.command == ("--model", "m", "--port", "8000")
+    assert collected.env["MODE"].value == "fast"
+    assert collected.env["HF_TOKEN"].value is None
+    assert collected.env["HF_TOKEN"].sha256 == secret_digest("hf_abc")
+    assert (observed.id, observed.command, observed.env, observed.image_id) == ("", None, {},
+                                                                                None)
 
 
 def test_collector_output_that_is_not_an_answer() -> None:

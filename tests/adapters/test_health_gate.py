@@ -219,3 +219,18 @@ def test_a_manifest_gate_without_a_name_only_needs_a_model_list(engine: Any) -> 
     engine.answers["/v1/models"] = [(200, b"<html>")]
     assert rows(gate(parse_text(vllm_log()), engine.url, spec))["GET /v1/models"] == (
         "a JSON model list", "not JSON", "fail")
+
+
+def test_the_gate_and_health_judge_rows_by_one_rule() -> None:
+    """Only ``fail`` fails: a gate's report and a health result of the same rows agree."""
+    from servefleet.core.health_table import CheckRow, DeploymentHealth, failed_rows, rows_pass
+
+    passed = (CheckRow("boot outcome", "ready", "ready", "pass"),
+              CheckRow("KV cache usage", "-", "0.0%", "info"))
+    warned = (*passed, CheckRow("KV baselines file", "readable", "not JSON", "warn"))
+    failed = (*warned, CheckRow("GET /health", "200", "503", "fail"))
+    for rows in (passed, warned, failed, ()):
+        gate = HealthReport(url="http://n:8000", checks=rows)
+        health = DeploymentHealth("n", "main", rows)
+        assert gate.ok == health.ok == rows_pass(rows) == (rows is not failed)
+        assert gate.failures == health.failures == failed_rows(rows)

@@ -19,9 +19,7 @@ from servefleet.core.drift import (
     DesiredNode,
     DriftKind,
     NodeObservation,
-    ObservedContainerState,
     ObservedDeploymentState,
-    ObservedEnvValue,
     build_report,
     compare,
     desired_deployment,
@@ -30,6 +28,7 @@ from servefleet.core.drift import (
     parse_dotenv,
 )
 from servefleet.core.gpu import ExpectedGpu, ExpectedGpuFacts, parse_probe_json
+from servefleet.core.observed import ObservedContainer, ObservedEnvValue
 from servefleet.core.project import load_project
 from servefleet.core.render import RenderedRelease, render_release
 from servefleet.core.secrets import secret_digest
@@ -88,7 +87,7 @@ def _env(release: RenderedRelease) -> dict[str, ObservedEnvValue]:
 
 def _clean(release: RenderedRelease) -> NodeObservation:
     service = merged_engine_service(release.files, release.compose_files)
-    container = ObservedContainerState(
+    container = ObservedContainer(
         id="c" * 64, name="main-engine-1", status="running", restart_count=0,
         command=service.command, env=_env(release),
         labels={**service.labels, "com.docker.compose.project": "main",

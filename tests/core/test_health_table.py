@@ -7,8 +7,10 @@ import json
 from servefleet.core.health_table import (
     CheckRow,
     DeploymentHealth,
+    failed_rows,
     fleet_json,
     render_text,
+    rows_pass,
     table_lines,
 )
 
@@ -98,3 +100,12 @@ def test_a_boot_in_progress_is_neither_healthy_nor_failed() -> None:
     failed = DeploymentHealth("n", "d", (CheckRow("engine restarts", "0", "1", "fail"),),
                               boot_phase="profiling")
     assert failed.state == "unhealthy" and not failed.booting
+
+
+
+def test_only_failed_rows_fail() -> None:
+    warned = (CheckRow("KV baselines file", "readable", "not JSON", "warn"),
+              CheckRow("KV cache usage", "-", "0.0%", "info"))
+    assert rows_pass(warned) and rows_pass(()) and rows_pass(HEALTHY.rows)
+    assert failed_rows(FAILED.rows) == list(FAILED.rows) and not rows_pass(FAILED.rows)
+    assert FAILED.failures == failed_rows(FAILED.rows) and not FAILED.ok

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from servefleet.core.lockinfo import parse_lock
-from servefleet.core.observed import ObservedContainer, ObservedDeployment
+from servefleet.core.observed import RELEASE_LABEL, ObservedContainer, ObservedDeployment
 from servefleet.core.plan import recovery_notes
 
 OWNER = "ops@ctl pid=4242 since=2026-11-24T15:00:00Z op=deploy id=3f9c1a2b7d4e"
@@ -35,7 +35,7 @@ def test_abandoned_lock() -> None:
 
 def running(release: str, started: str) -> ObservedContainer:
     return ObservedContainer(name="servefleet-main-engine-1", status="running",
-                             release_label=release, started_at=started)
+                             labels={RELEASE_LABEL: release}, started_at=started)
 
 
 def test_an_ungated_engine_is_a_repair_even_without_a_lock() -> None:

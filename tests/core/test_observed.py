@@ -6,8 +6,15 @@ import json
 
 import pytest
 
-from servefleet.core.observed import parse_observation, parse_preflight, parse_releases
+from servefleet.core.observed import (
+    ObservedContainer,
+    parse_container,
+    parse_observation,
+    parse_preflight,
+    parse_releases,
+)
 
+WORKING_DIR = "com.docker.compose.project.working_dir"
 LABELS = {
     "com.docker.compose.project": "main",
     "com.docker.compose.service": "engine",
@@ -46,6 +53,24 @@ def test_a_running_deployment() -> None:
     assert dep.engine_state() == "running"
     [engine] = dep.containers
     assert (engine.name, engine.service, engine.health) == ("main-engine-1", "engine", "healthy")
+    # The one container model: the observe command fills the common fields…
+    assert isinstance(engine, ObservedContainer)
+    assert engine.image_ref == "vllm/vllm-openai:v0.21.0" and engine.labels == LABELS
+    assert (engine.release_label, engine.release_id) == ("aaaaaaaaaaaa", "aaaaaaaaaaaa")
+    assert engine.started_at == "2026-11-21T10:00:00Z"
+    # …and leaves what only the drift collector reads empty.
+    assert (engine.id, engine.command, engine.env, engine.image_id) == ("", None, {}, None)
+    assert not engine.patch_marker_checked
+
+
+def test_the_release_of_an_unlabelled_container_is_its_project_folder() -> None:
+    labels = {k: v for k, v in LABELS.items() if k != "io.servefleet.release"}
+    engine = parse_container(container(labels=labels))
+    assert engine.release_label is None and engine.release_id == "aaaaaaaaaaaa"
+    outside = parse_container(container(labels={**labels, WORKING_DIR: "/srv/sf/main"}))
+    assert outside.release_id is None
+    bare = parse_container(container(labels=None, image=None))
+    assert (bare.labels, bare.service, bare.release_id, bare.image_ref) == ({}, None, None, None)
 
 
 def test_killed_and_oom_killed_engines() -> None:

@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from servefleet.core.models import Deployment, StackConfig
-from servefleet.core.observed import ObservedContainer, ObservedDeployment
+from servefleet.core.observed import (
+    COMPOSE_WORKING_DIR_LABEL,
+    RELEASE_LABEL,
+    ObservedContainer,
+    ObservedDeployment,
+)
 from servefleet.core.plan import flags_from_argv, plan
 from servefleet.core.project import Project, load_nodes, load_profiles
 from servefleet.core.render import (
@@ -51,8 +56,10 @@ def observed_of(release: RenderedRelease, *, status: str = "running", exit_code:
                             created_at="2026-11-21T10:00:00+00:00", created_by="ops@ctl")
     container = ObservedContainer(
         name=f"{release.deployment}-engine-1", status=status, exit_code=exit_code,
-        working_dir=f"/srv/servefleet/{release.deployment}/releases/{release.release_id}",
-        release_label=running_release or release.release_id, started_at=STARTED,
+        labels={COMPOSE_WORKING_DIR_LABEL:
+                f"/srv/servefleet/{release.deployment}/releases/{release.release_id}",
+                RELEASE_LABEL: running_release or release.release_id},
+        started_at=STARTED,
     )
     return ObservedDeployment(
         name=release.deployment, current_release=release.release_id,

@@ -34,13 +34,12 @@ from servefleet.core.bootlog import parse_bytes
 from servefleet.core.drift import (
     BootSummary,
     NodeObservation,
-    ObservedContainerState,
     ObservedDeploymentState,
 )
 from servefleet.core.errors import ServefleetError
 from servefleet.core.gpu import parse_probe_json
 from servefleet.core.models import Node
-from servefleet.core.observed import parse_gate_mark
+from servefleet.core.observed import ObservedContainer, parse_gate_mark
 from servefleet.core.render.release import ENV_FILE, IMAGE_PATCH_MARKER
 
 READY_MARKERS = (
@@ -207,8 +206,10 @@ def _boot_summary(raw: Mapping[str, Any] | None, engine: str) -> tuple[BootSumma
                        cudagraph_mode=facts.cudagraph_mode), None
 
 
-def _container(raw: Mapping[str, Any], others: int) -> ObservedContainerState:
-    return ObservedContainerState(
+def _container(raw: Mapping[str, Any]) -> ObservedContainer:
+    """The collector's ``container`` object (``container_facts`` of the collector script,
+    plus its image reads) as the one container model, every field filled."""
+    return ObservedContainer(
         id=str(raw.get("id") or ""),
         name=str(raw.get("name") or ""),
         status=str(raw.get("status") or "unknown"),
@@ -217,10 +218,10 @@ def _container(raw: Mapping[str, Any], others: int) -> ObservedContainerState:
         restart_count=int(raw.get("restart_count") or 0),
         started_at=raw.get("started_at"),
         health=raw.get("health"),
+        image_ref=raw.get("image_ref"),
+        labels=raw.get("labels") or {},
         command=tuple(raw["command"]) if isinstance(raw.get("command"), list) else None,
         env=raw.get("env") or {},
-        labels=raw.get("labels") or {},
-        image_ref=raw.get("image_ref"),
         image_id=raw.get("image_id"),
         repo_digests=tuple(raw.get("repo_digests") or ()),
         ref_image_id=raw.get("ref_image_id") or None,
@@ -228,7 +229,6 @@ def _container(raw: Mapping[str, Any], others: int) -> ObservedContainerState:
         image_labels=raw.get("image_labels") or {},
         patch_marker_sha256=raw.get("patch_marker_sha256"),
         patch_marker_checked=bool(raw.get("patch_marker_checked")),
-        others=others,
     )
 
 
@@ -263,8 +263,8 @@ def observation_from_answer(node: str, text: str,
             manifest=raw.get("manifest") if isinstance(raw.get("manifest"), dict) else None,
             file_hashes=raw.get("files") or {},
             release_secret_digests=raw.get("secret_digests") or {},
-            container=_container(container_raw, int(raw.get("others") or 0))
-            if isinstance(container_raw, dict) else None,
+            container=_container(container_raw) if isinstance(container_raw, dict) else None,
+            others=int(raw.get("others") or 0),
             docker_error=answer.get("docker_error"),
             boot=boot,
             gated=parse_gate_mark(str(raw.get("gated") or "").splitlines())
