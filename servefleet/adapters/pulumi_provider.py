@@ -279,6 +279,8 @@ def _load_node(project_dir: str, name: str) -> Node:
 
 def _health(state: ObservedDeploymentState) -> str:
     """One verdict per deployment: ``healthy`` or what is wrong."""
+    from servefleet.core.drift import ungated_why
+
     container = state.container
     if not state.present or container is None:
         return "absent: no engine container"
@@ -291,6 +293,10 @@ def _health(state: ObservedDeploymentState) -> str:
         return "unhealthy: no boot log"
     if state.engine_version is None:
         return f"unhealthy: HTTP API not answering ({state.engine_version_error or '?'})"
+    ungated = ungated_why(state, container)
+    if ungated is not None:
+        # Not healthy: `pulumi up` after a refresh puts it through the gate again.
+        return f"ungated: {ungated}"
     return HEALTHY
 
 

@@ -409,22 +409,31 @@ def _compare_container_state(have: ObservedDeploymentState, container: ObservedC
                   "(left-overs of a hand-made change?)", "containers")
 
 
-def _compare_gate(have: ObservedDeploymentState, container: ObservedContainer,
-                  items: _Items) -> None:
-    """A running engine whose container is not the one the gate mark names."""
+def ungated_why(have: ObservedDeploymentState, container: ObservedContainer) -> str | None:
+    """Why the running ``container`` has not passed its gate (the gate mark names another
+    release, or an earlier start of it), or ``None``: it passed, is not running, or the
+    mark was not read. Drift and the Pulumi provider's health both say it."""
     if have.gated is None or not container.running:
-        return
+        return None
     release = container.release_label
     gated_release, started = have.gated.get("release"), have.gated.get("started")
     if gated_release is None:
-        why = "no passed health gate is recorded for it"
-    elif gated_release != release:
-        why = f"the last gate passed for release {gated_release}"
-    elif started != container.started_at:
-        why = (f"its container started again since its gate passed ({container.restart_count}"
-               " Docker restarts)")
-    else:
+        return "no passed health gate is recorded for it"
+    if gated_release != release:
+        return f"the last gate passed for release {gated_release}"
+    if started != container.started_at:
+        return (f"its container started again since its gate passed ({container.restart_count}"
+                " Docker restarts)")
+    return None
+
+
+def _compare_gate(have: ObservedDeploymentState, container: ObservedContainer,
+                  items: _Items) -> None:
+    """A running engine whose container is not the one the gate mark names."""
+    why = ungated_why(have, container)
+    if why is None:
         return
+    release = container.release_label
     items.add(DriftKind.UNGATED_ENGINE, "gated", "ungated",
               f"engine {release or '?'} runs ungated: {why}; run servefleet deploy to put it "
               "through the gate", "gated")
