@@ -3,12 +3,18 @@ that cannot start (fail in CI, skip elsewhere), and the real ``servefleet`` CLI.
 
 The fleet is brought up once per test session (``sim_fleet``) and stopped at its end, unless
 another session still uses it or it was already running before (then it is left as found).
+Two test sessions on one machine take turns with the fleet: their tests deploy the same
+deployments to the same nodes, so the second waits for the first (:func:`fleet_tests_turn`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -113,6 +119,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.fleet)
 
 
+@contextlib.contextmanager
+def fleet_tests_turn(state_dir: Path) -> Iterator[None]:
+    """Hold the machine's turn at the fleet tests for the session: ``flock`` on
+    ``<state_dir>/fleet-tests.lock``, waited for (and said so on the terminal) while another
+    session holds it. The kernel lets go when a session dies, so no turn is left stale."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state_dir / "fleet-tests.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "?"
+            started = time.monotonic()
+            print(f"\nthe simulated fleet's tests are running in another session ({holder}); "
+                  "waiting for its turn to end", file=sys.__stderr__, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            print(f"the fleet is ours after {time.monotonic() - started:.0f} s",
+                  file=sys.__stderr__, flush=True)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} in {os.getcwd()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture(scope="session")
 def sim_fleet(sim_requirements: None, sim_standin_dir: Path) -> Iterator[FleetHandle]:
     """The simulated fleet (three nodes like the reference fleet), up for the session.
@@ -125,20 +156,21 @@ def sim_fleet(sim_requirements: None, sim_standin_dir: Path) -> Iterator[FleetHa
     from servefleet.sim import fleet, testbed
 
     config = fleet.FleetConfig(standin_dir=sim_standin_dir)
-    try:
-        handle = testbed.acquire(REPO_ROOT, config)
-    except SimError as error:
-        component_unavailable(f"the simulated fleet did not start: {error}")
-    # Rollout mechanics (locks, uploads, restores, faults) are tested on the stand-in, whose
-    # boots take seconds; tests of the real engines ask for them (``real_engines``).
-    for name in handle.nodes:
-        handle.run_standin(name)
-    try:
-        yield handle
-    finally:
+    with fleet_tests_turn(config.state_dir):
+        try:
+            handle = testbed.acquire(REPO_ROOT, config)
+        except SimError as error:
+            component_unavailable(f"the simulated fleet did not start: {error}")
+        # Rollout mechanics (locks, uploads, restores, faults) are tested on the stand-in,
+        # whose boots take seconds; tests of the real engines ask for them (``real_engines``).
         for name in handle.nodes:
-            handle.run_standin(name, ())
-        testbed.release(handle)
+            handle.run_standin(name)
+        try:
+            yield handle
+        finally:
+            for name in handle.nodes:
+                handle.run_standin(name, ())
+            testbed.release(handle)
 
 
 @pytest.fixture(scope="module")
