@@ -38,8 +38,10 @@ if TYPE_CHECKING:
     from servefleet.adapters.multinode import MultiNodePlan, MultiNodeResult
     from servefleet.adapters.rollout import (
         DeploymentResult,
+        Failure,
         NodeResult,
         Progress,
+        Restore,
     )
     from servefleet.core.errors import ConfigError
     from servefleet.core.plan import PlanItem
@@ -265,15 +267,8 @@ def print_results(console: Console, results: Sequence[NodeResult]) -> None:
         for dep in node.deployments:
             if dep.failure is None:
                 continue
-            cls = f" [{dep.failure.failure_class}]" if dep.failure.failure_class else ""
-            console.print(Text(f"{node.node}/{dep.deployment}: failed in {dep.failure.phase}"
-                               f"{cls}: {dep.failure.message}", style="red"))
-            for line in dep.failure.evidence:
-                console.print(Text(f"    {line}", style="dim"))
-            if dep.restore is not None:
-                style = "yellow" if dep.restore.ok else "bold red"
-                console.print(Text(f"  restore of {dep.restore.release_id}: "
-                                   f"{dep.restore.message}", style=style))
+            _print_failure(console, f"{node.node}/{dep.deployment}", dep.failure,
+                           dep.restore)
             if dep.status == "interrupted":
                 console.print(Text(f"  the node lock stays, marked with the phase: "
                                    f"`servefleet plan {node.node}` shows it and the next "
@@ -301,16 +296,24 @@ def print_multinode_results(console: Console, results: Sequence[MultiNodeResult]
             for text in dep.warnings:
                 console.print(Text(f"  {dep.node}/{dep.deployment}: warning: {text}",
                                    style="yellow"))
-        if one.failure is not None:
-            cls = f" [{one.failure.failure_class}]" if one.failure.failure_class else ""
-            console.print(Text(f"{one.deployment}: failed in {one.failure.phase}{cls}: "
-                               f"{one.failure.message}", style="red"))
-            for line in one.failure.evidence:
-                console.print(Text(f"    {line}", style="dim"))
-        if one.restore is not None:
-            style = "yellow" if one.restore.ok else "bold red"
-            console.print(Text(f"  restore of {one.restore.release_id} on every rank: "
-                               f"{one.restore.message}", style=style))
+        _print_failure(console, one.deployment, one.failure, one.restore, " on every rank")
+
+
+def _print_failure(console: Console, who: str, failure: Failure | None,
+                   restore: Restore | None, where: str = "") -> None:
+    """The failed step with its class and evidence, then what the restore did."""
+    from rich.text import Text
+
+    if failure is not None:
+        cls = f" [{failure.failure_class}]" if failure.failure_class else ""
+        console.print(Text(f"{who}: failed in {failure.phase}{cls}: {failure.message}",
+                           style="red"))
+        for line in failure.evidence:
+            console.print(Text(f"    {line}", style="dim"))
+    if restore is not None:
+        style = "yellow" if restore.ok else "bold red"
+        console.print(Text(f"  restore of {restore.release_id}{where}: {restore.message}",
+                           style=style))
 
 
 def dep_warnings(node: NodeResult) -> list[str]:
