@@ -27,7 +27,7 @@ from servefleet.core.baselines import BASELINE_FILE, Baseline, relative_change
 from servefleet.core.gpu import ExpectedGpuFacts, GpuProbeResult, compare_with_inventory
 from servefleet.core.models.common import StrictModel
 from servefleet.core.models.profile import version_tuple
-from servefleet.core.observed import ObservedContainer
+from servefleet.core.observed import ObservedContainer, gate_miss
 from servefleet.core.secrets import secret_digest
 
 MANIFEST_FILE = "manifest.json"
@@ -415,13 +415,14 @@ def ungated_why(have: ObservedDeploymentState, container: ObservedContainer) -> 
     mark was not read. Drift and the Pulumi provider's health both say it."""
     if have.gated is None or not container.running:
         return None
-    release = container.release_label
-    gated_release, started = have.gated.get("release"), have.gated.get("started")
-    if gated_release is None:
+    gated_release = have.gated.get("release")
+    miss = gate_miss(container.release_label, container.started_at, gated_release,
+                     have.gated.get("started"))
+    if miss == "no-gate":
         return "no passed health gate is recorded for it"
-    if gated_release != release:
+    if miss == "other-release":
         return f"the last gate passed for release {gated_release}"
-    if started != container.started_at:
+    if miss == "started-again":
         return (f"its container started again since its gate passed ({container.restart_count}"
                 " Docker restarts)")
     return None

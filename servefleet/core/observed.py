@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -188,24 +188,29 @@ class ObservedDeployment(StrictModel):
     gated_release: str | None = None
     """Release of the engine that last passed its gate (``<deployment>/gated``)."""
     gated_started_at: str | None = None
+    """Docker's ``StartedAt`` of that engine's container when it passed: an engine started
+    (or restarted by Docker) since then has not been gated."""
     secret_digests: dict[str, str] | None = None
     """Variable → HMAC-SHA256 of its assignment in the current ``engine.env``, under the key
     the controller sent with this observation (:func:`servefleet.core.envdigest.
     keyed_value_digests`); ``None`` when no key was sent or the node could not compute
     them. Worthless without that key, which only the observing controller holds."""
-    """Docker's ``StartedAt`` of that engine's container when it passed: an engine started
-    (or restarted by Docker) since then has not been gated."""
+
+    @property
+    def gate_miss(self) -> GateMiss | None:
+        """How the running engine misses its gate mark (:func:`gate_miss`); ``None`` when
+        it passed or nothing runs."""
+        running = [c for c in self.containers if c.running]
+        if not running:
+            return None
+        return gate_miss(running[0].release_id, running[0].started_at, self.gated_release,
+                         self.gated_started_at)
 
     @property
     def ungated(self) -> bool:
         """An engine runs that has not passed its health gate: no gate was recorded for
         this release, or its container started (or was restarted) after the gate passed."""
-        running = [c for c in self.containers if c.running]
-        if not running:
-            return False
-        container = running[0]
-        return (self.gated_release is None or container.release_id != self.gated_release
-                or container.started_at != self.gated_started_at)
+        return self.gate_miss is not None
 
     @property
     def engine_argv(self) -> list[str] | None:
@@ -437,6 +442,25 @@ def _secret_digests(lines: list[str] | None) -> dict[str, str] | None:
 def _link(lines: list[str] | None) -> str | None:
     found = [ln for ln in lines or [] if ln.strip()]
     return _release_of_link(found[0]) if found else None
+
+
+GateMiss = Literal["no-gate", "other-release", "started-again"]
+"""How a running engine misses its gate mark: no gate passed here, the last one passed for
+another release, or its container started again since (by hand, or Docker's restart)."""
+
+
+def gate_miss(release: str | None, started_at: str | None, gated_release: str | None,
+              gated_started_at: str | None) -> GateMiss | None:
+    """The one rule for an ungated engine (``plan``, ``health``, drift and the Pulumi
+    providers each say it in their own words): the running container of ``release``,
+    started at ``started_at``, against the gate mark; ``None`` when it is the gated one."""
+    if gated_release is None:
+        return "no-gate"
+    if release != gated_release:
+        return "other-release"
+    if started_at != gated_started_at:
+        return "started-again"
+    return None
 
 
 def parse_gate_mark(lines: list[str] | None) -> dict[str, str]:

@@ -205,9 +205,10 @@ def _engine_problem(desired: RenderedRelease, observed: ObservedDeployment) -> s
 def ungated_reason(observed: ObservedDeployment) -> str:
     """Why the running engine counts as ungated, in one phrase."""
     release = observed.running_release or "?"
-    if observed.gated_release is None:
+    miss = observed.gate_miss
+    if miss == "no-gate":
         return f"engine {release} ungated (no passed health gate recorded)"
-    if observed.gated_release != release:
+    if miss == "other-release":
         return (f"engine {release} ungated (the last gate passed for "
                 f"{observed.gated_release})")
     return (f"engine {release} ungated (started again since its gate passed, "
