@@ -416,7 +416,7 @@ def ungated_why(have: ObservedDeploymentState, container: ObservedContainer) -> 
     if have.gated is None or not container.running:
         return None
     gated_release = have.gated.get("release")
-    miss = gate_miss(container.release_label, container.started_at, gated_release,
+    miss = gate_miss(container.release_id, container.started_at, gated_release,
                      have.gated.get("started"))
     if miss == "no-gate":
         return "no passed health gate is recorded for it"

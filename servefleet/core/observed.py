@@ -200,10 +200,10 @@ class ObservedDeployment(StrictModel):
     def gate_miss(self) -> GateMiss | None:
         """How the running engine misses its gate mark (:func:`gate_miss`); ``None`` when
         it passed or nothing runs."""
-        running = [c for c in self.containers if c.running]
-        if not running:
+        container = self.running_container
+        if container is None:
             return None
-        return gate_miss(running[0].release_id, running[0].started_at, self.gated_release,
+        return gate_miss(container.release_id, container.started_at, self.gated_release,
                          self.gated_started_at)
 
     @property
@@ -226,12 +226,15 @@ class ObservedDeployment(StrictModel):
         return any(c.running for c in self.containers)
 
     @property
+    def running_container(self) -> ObservedContainer | None:
+        """The deployment's running container (the first, as observed), if one runs."""
+        return next((c for c in self.containers if c.running), None)
+
+    @property
     def running_release(self) -> str | None:
         """Release the running container was started from, if one runs."""
-        for container in self.containers:
-            if container.running:
-                return container.release_id
-        return None
+        container = self.running_container
+        return container.release_id if container is not None else None
 
     @property
     def restart_count(self) -> int:
