@@ -88,6 +88,7 @@ from servefleet.core.plan import PlanItem, plan, recovery_notes
 from servefleet.core.project import Project
 from servefleet.core.render import RenderedRelease, manifest_for, render_deployments
 from servefleet.core.rules import Finding, Severity, validate
+from servefleet.core.rules.facts import gpu_memory_utilization
 from servefleet.core.secrets import SecretMask
 
 MIN_FREE_DISK_BYTES = 1 << 30
@@ -96,8 +97,6 @@ BUILD_TIMEOUT_SECONDS = 1800
 UP_TIMEOUT_SECONDS = 600
 FAILED_STOP_GRACE_SECONDS = 5
 """A failed (crash-looping or hung) engine has nothing to finish: stop it quickly."""
-DEFAULT_GPU_UTILIZATION = 0.9
-"""vLLM's default ``--gpu-memory-utilization``."""
 
 Strategy = Literal["parallel", "rolling"]
 DeploymentStatus = Literal["unchanged", "deployed", "failed", "rolled_back", "restore_failed",
@@ -373,7 +372,7 @@ def _utilization(profile: Profile) -> float | None:
     """The share of GPU memory a vLLM engine takes (None: llama.cpp, not checked)."""
     if profile.vllm is None:
         return None
-    return profile.vllm.gpu_memory_utilization or DEFAULT_GPU_UTILIZATION
+    return gpu_memory_utilization(profile)
 
 
 # -- the per-node executor -------------------------------------------------------------------

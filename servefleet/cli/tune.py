@@ -35,6 +35,7 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
     from servefleet.core.expectations import sim_engine_for
     from servefleet.core.kvplan import predict, solve_utilization
     from servefleet.core.kvplan.modelconfig import facts_for_profile
+    from servefleet.core.kvplan.pool import reported_meaning
     from servefleet.core.project import PROFILES_DIR, load_nodes, load_profiles
     from servefleet.core.suggest import unknown_name
 
@@ -69,8 +70,26 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
             f"profiles/{profile_name}.yaml: no gpu_memory_utilization below 1.0 reaches the "
             f"target on {node_name} ({now.summary()} at {now.utilization:g}); lower "
             "max_model_len, use a smaller KV dtype or another node") from None
+    gpu = node.primary_gpu
+    if gpu.boot_free_gib is not None and util * gpu.cuda_total_gib > gpu.boot_free_gib:
+        from servefleet.core.rules.memory import largest_booting_utilization
+
+        best = largest_booting_utilization(gpu.boot_free_gib, gpu.cuda_total_gib)
+        raise ConfigError(
+            f"profiles/{profile_name}.yaml: the target needs gpu_memory_utilization {util:g} "
+            f"on {node_name}, but it frees at most {gpu.boot_free_gib:g} GiB at boot, so the "
+            f"largest utilization that boots is {best:g} ({found.summary()} needs more); lower "
+            "max_model_len or the target, or use a smaller KV dtype")
+    meaning = reported_meaning(found.layout, found.pool, profile.version)
+    if target_kv_tokens is not None and meaning.other_tokens != found.pool.kv_cache_tokens:
+        click.echo(f"warning: --target-kv-tokens {target_kv_tokens:,} is read as vLLM "
+                   f"{profile.engine_version} prints 'GPU KV cache size' ({meaning.this}); "
+                   f"vLLM {meaning.other_versions} prints the same pool as "
+                   f"{meaning.other_tokens:,} tokens ({meaning.other}). If your figure came "
+                   "from such a log, convert it first.", err=True)
     lines = [
         f"# {profile_name} on {node_name}: now {now.summary()} at {now.utilization:g}",
+        f"# 'GPU KV cache size' in vLLM {profile.engine_version}'s meaning: {meaning.this}",
         f"# tuned: {found.summary()} at {util:g}; {found.available_kv_gib:.2f} GiB KV",
         f"# budget {found.how}",
         f"# layout: {found.layout.describe()}",

@@ -20,8 +20,9 @@ from servefleet.core.plan import PlanItem
 from servefleet.core.project import Project, load_project
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MTP_ON = ("main: MTP on: KV pool ≈ 1.34M tokens (−20%), CUDA graphs FULL_AND_PIECEWISE → "
-          "PIECEWISE (FlashInfer off SM100), concurrency at 131,072 ≈ 10.2× (estimated)")
+MTP_ON = ("main: MTP on: KV pool ≈ 1.08M tokens (−20%; blocks −14%), CUDA graphs "
+          "FULL_AND_PIECEWISE → PIECEWISE (FlashInfer off SM100), concurrency at 131,072 ≈ "
+          "8.3× (modelled cold)")
 
 
 class EchoMocks(pulumi.runtime.Mocks):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -24,7 +25,7 @@ def test_tune_prints_an_overlay_reaching_the_target():
     assert body["extends"] == "qwen36-fp8"
     util = body["vllm"]["gpu_memory_utilization"]
     assert 0.05 <= util < 0.45
-    assert "estimated (no measured run" in result.output and "unified memory" in result.output
+    assert "modelled cold (no measured run" in result.output and "unified memory" in result.output
 
 
 def test_tune_refuses_unreachable_targets_and_profiles_without_a_config():
@@ -32,3 +33,38 @@ def test_tune_refuses_unreachable_targets_and_profiles_without_a_config():
     assert far.exit_code == 1 and "no gpu_memory_utilization below 1.0" in far.output
     bare = _tune("qwen36-w8a16", "--node", "dgx-spark-1", "--target-concurrency", "2")
     assert bare.exit_code == 1 and "model.config is not set" in bare.output
+
+
+def test_tune_answers_the_seeds_utilization_for_the_gb10_mtp_run():
+    # Seed 001: util 0.45 on a GB10 printed "Maximum concurrency for 131,072 tokens per
+    # request: 8.24x" with MTP 2; cold (no baseline on the node) the planner must land there.
+    result = CliRunner().invoke(build_cli(), [
+        "--project", str(ROOT), "--stack", "reference", "tune", "qwen36-fp8-mtp",
+        "--node", "dgx-spark-1", "--target-concurrency", "8.24"])
+    assert result.exit_code == 0, result.output
+    body = yaml.safe_load("\n".join(line for line in result.output.splitlines()
+                                    if not line.startswith("#")))
+    assert body["vllm"]["gpu_memory_utilization"] == pytest.approx(0.45, abs=0.01)
+    assert "121.69 GiB as CUDA reports it" in result.output
+    assert "'GPU KV cache size' in vLLM 0.21.0's meaning: int(max_concurrency × max_model_len)" \
+        in result.output
+
+
+def test_target_kv_tokens_warns_when_older_versions_count_the_pool_differently():
+    result = CliRunner().invoke(build_cli(), [
+        "--project", str(ROOT), "tune", "qwen36-fp8-mtp", "--node", "dgx-spark-1",
+        "--target-kv-tokens", "323456"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(
+        "warning: --target-kv-tokens 323,456 is read as vLLM 0.21.0 prints 'GPU KV cache "
+        "size' (int(max_concurrency × max_model_len)); vLLM before 0.21 prints the same pool "
+        "as ")
+    assert "(num_blocks // groups × block_size). If your figure came from such a log, " \
+        "convert it first." in result.stderr
+
+
+def test_tune_refuses_a_utilization_the_node_cannot_free_at_boot():
+    result = _tune("qwen36-fp8", "--node", "dgx-spark-1", "--target-kv-tokens", "7000000")
+    assert result.exit_code == 1
+    assert "frees at most 102.2 GiB at boot, so the largest utilization that boots is 0.83" \
+        in result.output

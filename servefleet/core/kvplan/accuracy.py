@@ -17,8 +17,46 @@ from dataclasses import dataclass
 from servefleet.core.kvplan.cpu import CPU_BLOCK_SIZE, CPU_KV_DTYPES
 from servefleet.core.kvplan.modelconfig import ModelFacts
 from servefleet.core.kvplan.pool import GIB, bytes_for, figures, layout
+from servefleet.core.kvplan.reserve import ReserveInputs, estimate
 
 TOLERANCE = 0.05
+MTP_DELTA_TOLERANCE = 0.03
+"""The cold MTP-on vs MTP-off change must be within 3 points of the measured −10%."""
+GB10_CUDA_GIB = 121.69
+"""A GB10 as CUDA reports it (the 0.25.1 fixture's utilization equivalence line agrees)."""
+RTX5090_CUDA_GIB = 31.37
+"""An RTX 5090 as vLLM reports it (``total_gpu_memory (31.37GiB)``, vllm-project/vllm#14452)."""
+
+
+@dataclass(frozen=True)
+class Cold:
+    """What a cold prediction of a row needs: the node as CUDA reports it, the utilization,
+    the weights the profile declares, and the reserve's inputs."""
+
+    cuda_total_gib: float
+    utilization: float
+    weights_gib: float
+    reserve: ReserveInputs
+
+
+def _reserve(*, unified: bool, version: tuple[int, ...], tokens: int, seqs: int, spec: int,
+             mode: str, backend: str, graphs: bool = True) -> ReserveInputs:
+    return ReserveInputs(unified_memory=unified, version=version, max_num_batched_tokens=tokens,
+                         max_num_seqs=seqs, num_spec=spec, cudagraph_mode=mode,
+                         attention_backend=backend, graph_profiling=graphs,
+                         activation_bytes_per_token=QWEN36_ACTIVATION_BYTES)
+
+
+QWEN36_ACTIVATION_BYTES = 2 * (8 * 3 * 512 + 4 * 2048)
+"""Qwen3.6-35B-A3B: bf16 × (8 experts × 3 × 512 + 4 × 2048 hidden) per batched token."""
+
+
+def _gb10(util: float, weights: float, **reserve: object) -> Cold:
+    return Cold(GB10_CUDA_GIB, util, weights, _reserve(unified=True, **reserve))  # type: ignore[arg-type]
+
+
+def _rtx5090(util: float, weights: float, **reserve: object) -> Cold:
+    return Cold(RTX5090_CUDA_GIB, util, weights, _reserve(unified=False, **reserve))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -41,29 +79,49 @@ class Row:
     predicted from, same node and utilization."""
     not_modelled: str | None = None
     """Why the planner cannot predict this row (reported, not hidden)."""
+    cold: Cold | None = None
+    """The row's inputs for a cold prediction (no measured run, no printed budget)."""
 
 
 ROWS: tuple[Row, ...] = (
     Row("fixture vllm-0.25.1-gb10-qwen3.6-35b-a3b-nvfp4-mtp-17.log: util 0.85, MTP 3",
-        (0, 25, 1), "auto", 262144, 3, True, False, 3_366_051, 12.84, available_gib=74.22),
+        (0, 25, 1), "auto", 262144, 3, True, False, 3_366_051, 12.84, available_gib=74.22,
+        cold=_gb10(0.85, 23.45, version=(0, 25, 1), tokens=2048, seqs=32, spec=3,
+                   mode="FULL_AND_PIECEWISE", backend="FLASH_ATTN")),
     Row("seed 003 RTX 5090 main fp8_e4m3 @32K, util 0.93", (0, 20), "fp8_e4m3", 32768, 0,
-        False, False, 119_472, 12.16, available_gib=4.63),
+        False, False, 119_472, 12.16, available_gib=4.63,
+        cold=_rtx5090(0.93, 21.88, version=(0, 20), tokens=4096, seqs=16, spec=0,
+                      mode="FULL_AND_PIECEWISE", backend="FLASHINFER")),
     Row("seed 003 RTX 5090 main turboquant_4bit_nc @32K, util 0.93", (0, 20),
-        "turboquant_4bit_nc", 32768, 0, False, False, 249_856, 22.45, available_gib=4.94),
+        "turboquant_4bit_nc", 32768, 0, False, False, 249_856, 22.45, available_gib=4.94,
+        cold=_rtx5090(0.93, 21.96, version=(0, 20), tokens=4096, seqs=16, spec=0,
+                      mode="FULL_AND_PIECEWISE", backend="TURBOQUANT")),
     Row("seed 003 RTX 5090 fp8-head fp8_e4m3 @32K, util 0.93", (0, 20), "fp8_e4m3", 32768, 0,
-        False, False, 132_048, 13.42, available_gib=5.10),
+        False, False, 132_048, 13.42, available_gib=5.10,
+        cold=_rtx5090(0.93, 21.40, version=(0, 20), tokens=4096, seqs=16, spec=0,
+                      mode="FULL_AND_PIECEWISE", backend="FLASHINFER")),
     Row("seed 003 RTX 5090 fp8-head turboquant_4bit_nc @32K, util 0.93", (0, 20),
-        "turboquant_4bit_nc", 32768, 0, False, False, 274_432, 24.55, available_gib=5.41),
+        "turboquant_4bit_nc", 32768, 0, False, False, 274_432, 24.55, available_gib=5.41,
+        cold=_rtx5090(0.93, 21.48, version=(0, 20), tokens=4096, seqs=16, spec=0,
+                      mode="FULL_AND_PIECEWISE", backend="TURBOQUANT")),
     Row("seed 003 RTX 5090 main turboquant_4bit_nc @262K, util 0.95, prefix caching", (0, 21),
-        "turboquant_4bit_nc", 262144, 0, False, True, 1_022_361, 3.90, available_gib=5.48),
+        "turboquant_4bit_nc", 262144, 0, False, True, 1_022_361, 3.90, available_gib=5.48,
+        cold=_rtx5090(0.95, 21.96, version=(0, 21), tokens=8192, seqs=64, spec=0,
+                      mode="FULL_AND_PIECEWISE", backend="TURBOQUANT")),
     Row("seed 003 RTX 5090 main fp8_e4m3 @262K, util 0.95, prefix caching", (0, 21),
-        "fp8_e4m3", 262144, 0, False, True, 492_512, 1.88, available_gib=4.97),
+        "fp8_e4m3", 262144, 0, False, True, 492_512, 1.88, available_gib=4.97,
+        cold=_rtx5090(0.95, 21.88, version=(0, 21), tokens=8192, seqs=64, spec=0,
+                      mode="FULL_AND_PIECEWISE", backend="FLASHINFER")),
     Row("seed 001 GB10 Qwen3.6-FP8 MTP 2 @131K, util 0.45 (from the MTP-off run, 360k)",
         (0, 19, 1), "fp8_e4m3", 131072, 2, True, True, 323_456, 8.24,
-        calibrate_on=("seed 001 GB10 MTP off, ~360k tokens", 360_000, 0.79)),
+        calibrate_on=("seed 001 GB10 MTP off, ~360k tokens", 360_000, 0.79),
+        cold=_gb10(0.45, 35.02, version=(0, 19, 1), tokens=16384, seqs=32, spec=2,
+                   mode="PIECEWISE", backend="FLASHINFER")),
     Row("seed 001 GB10 Qwen3.6-FP8 MTP off @131K, util 0.45 (from the MTP run, 323,456)",
         (0, 19, 1), "fp8_e4m3", 131072, 0, False, True, 360_000, None,
-        calibrate_on=("seed 001 GB10 MTP 2, 323,456 tokens", 323_456, -0.79)),
+        calibrate_on=("seed 001 GB10 MTP 2, 323,456 tokens", 323_456, -0.79),
+        cold=_gb10(0.45, 34.23, version=(0, 19, 1), tokens=16384, seqs=32, spec=0,
+                   mode="FULL_AND_PIECEWISE", backend="FLASHINFER")),
     Row("fixture vllm-0.20.1.dev0-gb10-qwen3.6-35b-a3b-nvfp4-dflash-05.log: DFlash 15",
         (0, 20, 1), "auto", 262144, 15, False, True, 582_832, 4.71, available_gib=62.31,
         not_modelled=("the DFlash drafter's own attention layers join the pool (the log adds "
@@ -113,8 +171,41 @@ def evaluate(facts: ModelFacts, row: Row) -> Result:
 
 
 def table(facts: ModelFacts) -> list[Result]:
-    """Every row, predicted."""
+    """Every row, predicted (calibrated, or from its printed budget)."""
     return [evaluate(facts, row) for row in ROWS]
+
+
+def evaluate_cold(facts: ModelFacts, row: Row) -> Result:
+    """Predict one row cold: the node's CUDA total, the utilization, the declared weights
+    and the modelled reserve, nothing measured on the node."""
+    if row.not_modelled or row.cold is None:
+        return Result(row, None, None, f"not modelled: {row.not_modelled or 'no cold inputs'}")
+    cold = row.cold
+    reserve = estimate(cold.reserve)
+    available = cold.cuda_total_gib * cold.utilization - cold.weights_gib - reserve.total
+    lay = layout(facts, kv_dtype=row.kv_dtype, num_spec=row.num_spec, mtp=row.mtp,
+                 prefix_caching=row.prefix_caching, version=row.version)
+    pool = figures(lay, max(available, 0.0) * GIB, row.max_model_len, row.version)
+    note = (f"cold: {cold.utilization:g} × {cold.cuda_total_gib:g} GiB − {cold.weights_gib:g} "
+            f"GiB weights − {reserve.total:.2f} GiB reserve ({reserve.describe()}) = "
+            f"{available:.2f} GiB KV")
+    return Result(row, pool.kv_cache_tokens, pool.max_concurrency, note)
+
+
+def cold_table(facts: ModelFacts) -> list[Result]:
+    """Every row, predicted cold."""
+    return [evaluate_cold(facts, row) for row in ROWS]
+
+
+def mtp_delta(facts: ModelFacts) -> tuple[float, float]:
+    """(predicted cold, printed) relative change of the GB10 pool when MTP is turned on
+    (seed 001: 360k → 323,456 tokens, −10.2%)."""
+    on, off = (next(r for r in ROWS if r.source.startswith(prefix))
+               for prefix in ("seed 001 GB10 Qwen3.6-FP8 MTP 2", "seed 001 GB10 Qwen3.6-FP8 MTP off"))
+    cold_on, cold_off = evaluate_cold(facts, on), evaluate_cold(facts, off)
+    assert cold_on.predicted_tokens and cold_off.predicted_tokens
+    return (cold_on.predicted_tokens / cold_off.predicted_tokens - 1,
+            on.printed_tokens / off.printed_tokens - 1)
 
 
 @dataclass(frozen=True)

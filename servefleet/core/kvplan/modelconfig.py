@@ -46,6 +46,10 @@ class ModelFacts:
     gdn: GdnFacts | None
     mtp_layers: int
     max_position_embeddings: int | None
+    activation_bytes_per_token: int = 0
+    """Activation bytes one batched token adds to vLLM's profiling peak: the fused-MoE
+    intermediate caches (``top_k × 3 × moe_intermediate_size``; ``3 × intermediate_size``
+    for a dense MLP) plus four hidden-sized buffers, in the model dtype. 0: unknown."""
 
     @property
     def hybrid(self) -> bool:
@@ -103,11 +107,26 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
         )
     max_pos = text.get("max_position_embeddings")
     return ModelFacts(
+        activation_bytes_per_token=_activation_bytes(text, DTYPE_BYTES.get(dtype, 2)),
         source=source, full_attention_layers=full, linear_layers=linear,
         num_kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=DTYPE_BYTES.get(dtype, 2),
         gdn=gdn, mtp_layers=int(text.get("mtp_num_hidden_layers") or 0),
         max_position_embeddings=max_pos if isinstance(max_pos, int) else None,
     )
+
+
+def _activation_bytes(text: dict[str, Any], dtype_bytes: int) -> int:
+    """See :attr:`ModelFacts.activation_bytes_per_token`."""
+    hidden = text.get("hidden_size")
+    if not isinstance(hidden, int):
+        return 0
+    top_k, moe = text.get("num_experts_per_tok"), text.get("moe_intermediate_size")
+    if isinstance(top_k, int) and isinstance(moe, int):
+        mlp = top_k * 3 * moe
+    else:
+        dense = text.get("intermediate_size")
+        mlp = 3 * dense if isinstance(dense, int) else 0
+    return dtype_bytes * (mlp + 4 * hidden)
 
 
 def load_pinned(profiles_dir: Path, file: str, sha256: str) -> ModelFacts:

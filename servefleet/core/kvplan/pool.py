@@ -155,6 +155,33 @@ def reported_tokens(lay: PoolLayout, num_blocks: int, max_model_len: int,
     return num_blocks // lay.num_groups * lay.block_size
 
 
+@dataclass(frozen=True)
+class ReportedMeaning:
+    """What ``GPU KV cache size`` means in one engine version, and the same pool in the
+    other meaning (the two differ for hybrid models)."""
+
+    this: str
+    other: str
+    other_versions: str
+    other_tokens: int
+
+
+OLD_MEANING = "num_blocks // groups × block_size"
+NEW_MEANING = "int(max_concurrency × max_model_len)"
+
+
+def reported_meaning(lay: PoolLayout, pool: PoolFigures,
+                     version: tuple[int, ...]) -> ReportedMeaning:
+    """How ``version`` reports ``pool``, and what the versions on the other side of 0.21
+    print for the very same blocks."""
+    new = version >= NEW_REPORT
+    other = (0, 20) if new else NEW_REPORT
+    return ReportedMeaning(
+        this=NEW_MEANING if new else OLD_MEANING, other=OLD_MEANING if new else NEW_MEANING,
+        other_versions="before 0.21" if new else "0.21 and later",
+        other_tokens=reported_tokens(lay, pool.num_blocks, pool.max_model_len, other))
+
+
 def figures(lay: PoolLayout, available_bytes: float, max_model_len: int,
             version: tuple[int, ...]) -> PoolFigures:
     """The pool that ``available_bytes`` of KV memory gives."""

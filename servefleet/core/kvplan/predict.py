@@ -5,7 +5,8 @@ Budget (vLLM ``request_memory``/``determine_available_memory``): the engine may 
 non-torch allocations and (from 0.20) the CUDA-graph estimate leave. Weights come from the
 profile; the rest is either *calibrated* from a measured run of the same model on the node
 (``non_kv = total × util − weights − available_kv``, worked back from its printed pool) or
-*estimated* with a fixed overhead, which is much rougher and says so.
+*modelled* cold from what drives it (:mod:`servefleet.core.kvplan.reserve`). ``total`` is
+the memory CUDA reports (``Gpu.cuda_total_gib``: 121.69 GiB on a GB10, not its 128 GB).
 """
 
 from __future__ import annotations
@@ -15,13 +16,10 @@ from dataclasses import dataclass
 from servefleet.core.kvplan.cpu import KV_BYTES_FLAG, explicit_kv_bytes
 from servefleet.core.kvplan.modelconfig import ModelFacts
 from servefleet.core.kvplan.pool import GIB, PoolFigures, PoolLayout, bytes_for, figures, layout
+from servefleet.core.kvplan.reserve import Reserve, ReserveInputs, estimate, inputs_for
 from servefleet.core.models import Node, Profile
+from servefleet.core.rules.facts import gpu_memory_utilization, weights_gib
 
-DEFAULT_OVERHEAD_GIB = 5.0
-"""Activation peak + non-torch + CUDA-graph estimate when nothing was measured: the
-Qwen3.6 runs on GB10 left 5.4–6.6 GiB (0.25.1 at 2048 batched tokens; seed 001 at 16384)."""
-MTP_WEIGHTS_GIB = 0.79
-"""Extra weights MTP loads for Qwen3.6-35B-A3B-FP8 (seed 001: 35.02 GiB vs 34.23 GiB)."""
 UMA_SAFE_HEADROOM_GIB = 8.0
 """Host memory a GB10 keeps for the OS, page cache and containers (vLLM DGX Spark guide)."""
 
@@ -51,6 +49,8 @@ class Prediction:
     layout: PoolLayout
     pool: PoolFigures
     calibrated: bool
+    reserve: Reserve | None
+    """The modelled reserve (cold predictions only)."""
     how: str
     """How the budget was obtained, one clause."""
     host_headroom_gib: float | None
@@ -73,8 +73,7 @@ def _tokens(n: int) -> str:
 def _settings(profile: Profile) -> tuple[float, int, int]:
     vllm = profile.vllm
     assert vllm is not None
-    default_util = 0.92 if profile.version >= (0, 20) else 0.9
-    util = vllm.gpu_memory_utilization or default_util
+    util = gpu_memory_utilization(profile)
     max_len = vllm.max_model_len or profile.model.native_context or 0
     return util, max_len, vllm.tensor_parallel_size or 1
 
@@ -93,15 +92,6 @@ def profile_layout(facts: ModelFacts, profile: Profile) -> PoolLayout:
                   version=profile.version)
 
 
-def weights_gib(profile: Profile) -> float:
-    """Weights per GPU, with MTP heads when MTP is on."""
-    weights = profile.model.weights_gib or 0.0
-    spec = profile.speculative
-    if spec is not None and spec.is_mtp:
-        weights += MTP_WEIGHTS_GIB
-    return weights / (profile.vllm.tensor_parallel_size or 1 if profile.vllm else 1)
-
-
 def measured_available_gib(facts: ModelFacts, calibration: Calibration) -> float:
     """The KV memory a measured pool implies (its printed tokens, worked back)."""
     profile = calibration.profile
@@ -112,11 +102,15 @@ def measured_available_gib(facts: ModelFacts, calibration: Calibration) -> float
 
 
 def predict(facts: ModelFacts, profile: Profile, node: Node,
-            calibration: Calibration | None = None) -> Prediction:
-    """Predict ``profile``'s pool on ``node``; calibrated when a measured run is given."""
+            calibration: Calibration | None = None, *,
+            reserve_inputs: ReserveInputs | None = None) -> Prediction:
+    """Predict ``profile``'s pool on ``node``; calibrated when a measured run is given, else
+    modelled cold (``reserve_inputs``: precomputed, for solvers that vary the utilization)."""
     util, max_len, _ = _settings(profile)
-    total = node.primary_gpu.memory_gib
+    gpu = node.primary_gpu
+    total = gpu.cuda_total_gib
     weights = weights_gib(profile)
+    reserve = None
     if calibration is not None:
         base_util, _, _ = _settings(calibration.profile)
         available = measured_available_gib(facts, calibration)
@@ -125,9 +119,10 @@ def predict(facts: ModelFacts, profile: Profile, node: Node,
                f"→ {available:.2f} GiB KV, {non_kv:.2f} GiB activations/graphs")
         calibrated = True
     else:
-        non_kv = DEFAULT_OVERHEAD_GIB
-        how = (f"estimated (no measured run on {node.name}): {DEFAULT_OVERHEAD_GIB:g} GiB "
-               "assumed for activations and graphs; ±15%")
+        reserve = estimate(reserve_inputs or inputs_for(facts, profile, node))
+        non_kv = reserve.total
+        how = (f"modelled cold (no measured run on {node.name}) against "
+               f"{gpu.memory_basis()}: {reserve.describe()}")
         calibrated = False
     available = total * util - weights - non_kv
     explicit = explicit_kv_bytes(profile)
@@ -138,11 +133,11 @@ def predict(facts: ModelFacts, profile: Profile, node: Node,
     pool = figures(lay, max(available, 0.0) * GIB, max_len, profile.version)
     headroom = None
     if node.unified_memory:
-        host = node.host_memory_gib or total
+        host = node.host_memory_gib or gpu.memory_gib
         headroom = host - total * util
     return Prediction(total_gib=total, utilization=util, weights_gib=weights, non_kv_gib=non_kv,
                       available_kv_gib=available, layout=lay, pool=pool, calibrated=calibrated,
-                      how=how, host_headroom_gib=headroom)
+                      reserve=reserve, how=how, host_headroom_gib=headroom)
 
 
 def with_settings(profile: Profile, **changes: object) -> Profile:
@@ -156,10 +151,11 @@ def solve_utilization(facts: ModelFacts, profile: Profile, node: Node, *,
                       concurrency: float | None = None) -> tuple[float, Prediction]:
     """The smallest ``gpu_memory_utilization`` (0.01 steps) whose predicted pool reaches
     ``tokens`` or ``concurrency``; ``ValueError`` when even 0.99 does not."""
+    inputs = None if calibration is not None else inputs_for(facts, profile, node)
     for hundredths in range(5, 100):
         util = hundredths / 100
         found = predict(facts, with_settings(profile, gpu_memory_utilization=util), node,
-                        calibration)
+                        calibration, reserve_inputs=inputs)
         reached = (found.pool.kv_cache_tokens >= tokens if tokens is not None
                    else found.pool.max_concurrency >= (concurrency or 0))
         if reached:

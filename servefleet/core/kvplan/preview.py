@@ -94,7 +94,12 @@ def engine_preview(profiles_dir: Path, old: Profile | None, new: Profile, node: 
         else None
     if before is not None and before.pool.kv_cache_tokens:
         change = after.pool.kv_cache_tokens / before.pool.kv_cache_tokens - 1
-        parts[0] += f" ({change:+.0%})".replace("-", "−")
+        # From 0.21 the token count follows concurrency (blocks per request change with the
+        # layout); the blocks say how much memory the pool lost.
+        blocks = after.pool.num_blocks / max(before.pool.num_blocks, 1) - 1
+        same = f"{blocks:+.0%}" == f"{change:+.0%}"
+        parts[0] += (f" ({change:+.0%})" if same
+                     else f" ({change:+.0%}; blocks {blocks:+.0%})").replace("-", "−")
     new_mode = derive_expectations(new, gpu_node).cudagraph_mode
     old_mode = derive_expectations(old, gpu_node).cudagraph_mode if old is not None \
         and old.vllm is not None else None
@@ -105,7 +110,7 @@ def engine_preview(profiles_dir: Path, old: Profile | None, new: Profile, node: 
     parts.append(f"concurrency at {after.pool.max_model_len:,} ≈ "
                  f"{after.pool.max_concurrency:.1f}×")
     basis = f"calibrated on {calibration.source}" if after.calibrated and calibration \
-        else "estimated"
+        else "modelled cold"
     shaped = ", as a GPU node of this shape" if node.sim is not None else ""
     return f"{_what(old, new)}: {', '.join(parts)} ({basis}{shaped})"
 

@@ -78,6 +78,17 @@ class Gpu(StrictModel):
     from the host, and the OS, page cache and other containers compete for it."""
     compute_capability: Text
     """CUDA compute capability as ``major.minor`` (GB10: ``12.1``; RTX 5090: ``12.0``)."""
+    cuda_memory_gib: float | None = Field(None, gt=0, le=4096)
+    """Memory per device as CUDA reports it (``torch.cuda.mem_get_info()`` total), which
+    vLLM multiplies by ``gpu_memory_utilization``: a GB10 reports 121.69 GiB of its 128 GB,
+    an RTX 5090 31.37 GiB. Empty: ``memory_gib`` is taken as it is."""
+    boot_free_gib: float | None = Field(None, gt=0, le=4096)
+    """The most memory CUDA reports free when an engine starts (on unified memory: what the
+    host can free). vLLM refuses to start when ``utilization × cuda_memory_gib`` exceeds it:
+    a GB10 frees 101.3–102.2 GiB at boot. Empty: not checked."""
+    memory_source: SingleLine | None = None
+    """Where ``cuda_memory_gib`` and ``boot_free_gib`` come from (a probe of the node, a
+    public report): shown in every message that uses them."""
 
     @field_validator("compute_capability")
     @classmethod
@@ -85,6 +96,31 @@ class Gpu(StrictModel):
         if not COMPUTE_CAPABILITY_RE.match(value):
             raise ValueError(f"{value!r} is not a compute capability like '12.1'")
         return value
+
+    @model_validator(mode="after")
+    def _cuda_memory_within_device(self) -> Gpu:
+        if self.cuda_memory_gib is not None and self.cuda_memory_gib > self.memory_gib * 1.01:
+            raise ValueError(f"cuda_memory_gib {self.cuda_memory_gib:g} is more than the "
+                             f"device's memory_gib {self.memory_gib:g}; CUDA never reports "
+                             "more than the device has (set it from `servefleet probe`)")
+        if self.boot_free_gib is not None and self.boot_free_gib > self.cuda_total_gib:
+            raise ValueError(f"boot_free_gib {self.boot_free_gib:g} is more than the "
+                             f"{self.cuda_total_gib:g} GiB CUDA reports in total; it is the "
+                             "free memory at boot, at most the total")
+        return self
+
+    @property
+    def cuda_total_gib(self) -> float:
+        """The memory vLLM sizes against (``cuda_memory_gib``, else ``memory_gib``): the one
+        value every memory calculation reads."""
+        return self.cuda_memory_gib if self.cuda_memory_gib is not None else self.memory_gib
+
+    def memory_basis(self) -> str:
+        """``121.69 GiB as CUDA reports it (source)`` for messages."""
+        if self.cuda_memory_gib is None:
+            return f"{self.memory_gib:g} GiB (memory_gib; cuda_memory_gib not set)"
+        source = f"; {self.memory_source}" if self.memory_source else ""
+        return f"{self.cuda_memory_gib:g} GiB as CUDA reports it{source}"
 
     @property
     def sm(self) -> tuple[int, int]:

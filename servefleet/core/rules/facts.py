@@ -398,8 +398,19 @@ UMA_MAX_UTILIZATION_SUM = 0.9
 """Above this summed utilization a unified-memory node has too little left for the OS:
 vLLM measures free memory there from the host (``psutil`` available memory,
 vllm ``utils/mem_utils.py``) and refuses to start when it is short."""
+MTP_WEIGHTS_GIB = 0.79
+"""Extra weights MTP loads for Qwen3.6-35B-A3B-FP8 (seed 001: 35.02 GiB vs 34.23 GiB)."""
 MTP_KV_SHRINK = 0.10
 """MTP shrinks the KV pool by about this share (GB10: 360k → 323k tokens)."""
 TIGHT_KV_SHARE = 0.25
 """A KV pool under this share of the engine's budget is tight for turning MTP on."""
 GIB = 1024**3
+
+
+def weights_gib(profile: Profile) -> float:
+    """Weights per GPU, with MTP heads when MTP is on."""
+    weights = profile.model.weights_gib or 0.0
+    spec = profile.speculative
+    if spec is not None and spec.is_mtp:
+        weights += MTP_WEIGHTS_GIB
+    return weights / (profile.vllm.tensor_parallel_size or 1 if profile.vllm else 1)

@@ -93,7 +93,7 @@ def estimate(profile: Profile, node: Node) -> MemoryEstimate | None:
         factor = KV_BYTES_FACTOR.get(profile.vllm.kv_cache_dtype or "auto", 1.0)
         kv = tokens * per_token * factor / GIB / tp if per_token else 0.0
         return MemoryEstimate(
-            budget=util * gpu.memory_gib, budget_text=f"{util:g} × {gpu.memory_gib:g} GiB",
+            budget=util * gpu.cuda_total_gib, budget_text=f"{util:g} × {gpu.memory_basis()}",
             weights=weights / tp, overhead=RUNTIME_OVERHEAD_GIB, kv=kv, kv_tokens=tokens)
     assert profile.llamacpp is not None
     settings = profile.llamacpp
@@ -103,7 +103,7 @@ def estimate(profile: Profile, node: Node) -> MemoryEstimate | None:
     split = node.gpu_count  # llama.cpp splits layers over every visible GPU
     kv = tokens * per_token * factor / GIB / split if per_token else 0.0
     return MemoryEstimate(
-        budget=gpu.memory_gib, budget_text=f"{gpu.name} {gpu.memory_gib:g} GiB",
+        budget=gpu.cuda_total_gib, budget_text=f"{gpu.name} {gpu.cuda_total_gib:g} GiB",
         weights=weights / split, overhead=LLAMACPP_OVERHEAD_GIB, kv=kv, kv_tokens=tokens)
 
 
@@ -173,6 +173,45 @@ def mtp_tight_kv_unified_memory(ctx: PlacementContext) -> Iterator[Issue]:
     )
 
 
+def largest_booting_utilization(boot_free_gib: float, cuda_total_gib: float) -> float:
+    """The largest ``gpu_memory_utilization`` (0.01 steps) whose request fits the free
+    memory at boot."""
+    hundredths = int(boot_free_gib / cuda_total_gib * 100 + 1e-9)
+    while hundredths > 0 and hundredths / 100 * cuda_total_gib > boot_free_gib:
+        hundredths -= 1
+    return hundredths / 100
+
+
+@placement_rule("startup-memory-exceeds-boot-free", Severity.ERROR)
+def startup_memory_exceeds_boot_free(ctx: PlacementContext) -> Iterator[Issue]:
+    """vLLM asks for more than the node can free at boot: its startup check refuses."""
+    profile, gpu = ctx.profile, ctx.node.primary_gpu
+    if profile.vllm is None or gpu.boot_free_gib is None:
+        return
+    util = gpu_memory_utilization(profile)
+    need = util * gpu.cuda_total_gib
+    if need <= gpu.boot_free_gib:
+        return
+    best = largest_booting_utilization(gpu.boot_free_gib, gpu.cuda_total_gib)
+    explicit = "" if profile.vllm.gpu_memory_utilization is not None else " (vLLM's default)"
+    source = f" ({gpu.memory_source})" if gpu.memory_source else ""
+    yield Issue(
+        field="vllm.gpu_memory_utilization", value=util,
+        message=(f"{util:g}{explicit} asks for {need:.1f} GiB ({util:g} × "
+                 f"{gpu.cuda_total_gib:g} GiB as CUDA reports it) {ctx.where}, but "
+                 f"{ctx.node.name} frees at most {gpu.boot_free_gib:g} GiB at boot{source}: "
+                 "vLLM stops with 'Free memory on device … is less than desired GPU memory "
+                 f"utilization'. The largest utilization that boots is {best:g}"),
+        why=("vLLM vllm/v1/worker/utils.py request_memory(): startup needs free memory ≥ "
+             "total × gpu_memory_utilization; on a GB10 free memory is the host's available "
+             "memory and caps near 102 GiB of 121.69 (vllm-project/recipes PR 632: vLLM's "
+             "default 0.92 OOMs at startup)"),
+        fix=(f"set vllm.gpu_memory_utilization to {best:g} or less (servefleet tune finds the "
+             "least that reaches your pool); if the node frees more, measure it with "
+             f"`servefleet probe {ctx.node.name}` and raise boot_free_gib in its inventory"),
+    )
+
+
 # ------------------------------------------------------------------------- node scope
 
 
@@ -186,7 +225,7 @@ def _share(placement: Placement, node: Node) -> tuple[float, str] | None:
     found = estimate(profile, node)
     if found is None:
         return None
-    share = found.need / node.primary_gpu.memory_gib
+    share = found.need / node.primary_gpu.cuda_total_gib
     return share, f"{placement.deployment.name} ~{share:.2f} (llama.cpp estimate)"
 
 
@@ -227,7 +266,7 @@ def unified_memory_os_headroom(ctx: NodeContext) -> Iterator[Issue]:
         return
     total, parts = _shares(ctx)
     pool = node.primary_gpu.memory_gib
-    left = pool * (1 - total)
+    left = pool - total * node.primary_gpu.cuda_total_gib
     if total <= UMA_MAX_UTILIZATION_SUM + 1e-9 and left >= UMA_OS_RESERVE_GIB:
         return
     yield Issue(

@@ -15,9 +15,8 @@ from servefleet.core.multinode_config import KEY
 from servefleet.core.project import Project
 from servefleet.core.render.ranks import render_multinode
 from servefleet.core.rules.base import Finding, Severity
+from servefleet.core.rules.facts import gpu_memory_utilization
 
-DEFAULT_UTILIZATION = 0.9
-"""vLLM's ``--gpu-memory-utilization`` default."""
 DEADLOCK_DRIVER_BRANCH = "590."
 """GB10 driver branch reported to deadlock during CUDA-graph capture of a multi-node engine
 (590.x; 580.x works), as the two-Spark tools report."""
@@ -111,15 +110,15 @@ def check_deployment(project: Project, dep: MultiNodeDeployment) -> Iterator[Fin
     weights = profile.model.weights_gib
     if weights is not None:
         share = weights / (tp * pp)
-        util = profile.vllm.gpu_memory_utilization or DEFAULT_UTILIZATION
+        util = gpu_memory_utilization(profile)
         for node in nodes:
-            budget = node.primary_gpu.memory_gib * util
+            budget = node.primary_gpu.cuda_total_gib * util
             if share > budget:
                 yield _finding(
                     "multinode-memory-per-rank", stack, f"{base}.nodes", dep.nodes,
                     f"each rank of {pair} holds {share:.1f} GiB of weights "
                     f"({weights:g} GiB / {tp * pp}), more than {node.name}'s "
-                    f"{budget:.1f} GiB ({node.primary_gpu.memory_gib:g} GiB × {util:g})",
+                    f"{budget:.1f} GiB ({node.primary_gpu.cuda_total_gib:g} GiB × {util:g})",
                     "weights split evenly across TP × PP ranks; KV cache needs room on top",
                     "span more nodes, or use a smaller checkpoint")
 

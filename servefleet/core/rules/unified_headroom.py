@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from servefleet.core.kvplan.predict import DEFAULT_OVERHEAD_GIB, weights_gib
 from servefleet.core.rules.base import Issue, PlacementContext, Severity, placement_rule
-from servefleet.core.rules.facts import gpu_memory_utilization
+from servefleet.core.rules.facts import gpu_memory_utilization, weights_gib
 
 UMA_REFUSE_GIB = 4.0
 """Below this the host is expected to wedge (issues 46307, 56824)."""
@@ -27,16 +26,15 @@ def _footprint(ctx: PlacementContext) -> tuple[float, float, str] | None:
     node, profile = ctx.node, ctx.profile
     if profile.vllm is None or not node.unified_memory:
         return None
-    total = node.primary_gpu.memory_gib
-    host = node.host_memory_gib or total
+    total = node.primary_gpu.cuda_total_gib
+    host = node.host_memory_gib or node.primary_gpu.memory_gib
     util = gpu_memory_utilization(profile)
     share = total * util
     others = sum(total * gpu_memory_utilization(p.profile) for p in ctx.neighbours
                  if p.profile.vllm is not None)
     weights = weights_gib(profile)
-    kv = max(share - weights - DEFAULT_OVERHEAD_GIB, 0.0)
     how = (f"KV planner: {util:g} × {total:g} GiB = {share:.1f} GiB ({weights:.1f} GiB weights "
-           f"+ ~{DEFAULT_OVERHEAD_GIB:g} GiB activations/graphs + ~{kv:.1f} GiB KV pool)"
+           f"; activations, CUDA graphs and the KV pool take the rest)"
            + (f" + {others:.1f} GiB for the other engines" if others else ""))
     return host - share - others, share, how
 

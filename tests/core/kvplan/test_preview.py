@@ -34,17 +34,17 @@ def preview(project: Project, old: str | None, new: str, node: str) -> str | Non
 
 def test_mtp_on_says_pool_graphs_and_concurrency(shipped: Project) -> None:
     assert preview(shipped, "qwen36-fp8", "qwen36-fp8-mtp", "dgx-spark-1") == (
-        "MTP on: KV pool ≈ 1.34M tokens (−20%), CUDA graphs FULL_AND_PIECEWISE → PIECEWISE "
-        "(FlashInfer off SM100), concurrency at 131,072 ≈ 10.2× (estimated)")
+        "MTP on: KV pool ≈ 1.08M tokens (−20%; blocks −14%), CUDA graphs FULL_AND_PIECEWISE → "
+        "PIECEWISE (FlashInfer off SM100), concurrency at 131,072 ≈ 8.3× (modelled cold)")
 
 
 def test_mtp_off_and_a_new_deployment(shipped: Project) -> None:
     assert preview(shipped, "qwen36-fp8-mtp", "qwen36-fp8", "dgx-spark-1") == (
-        "MTP off: KV pool ≈ 1.68M tokens (+25%), CUDA graphs PIECEWISE → FULL_AND_PIECEWISE, "
-        "concurrency at 131,072 ≈ 12.8× (estimated)")
+        "MTP off: KV pool ≈ 1.35M tokens (+25%; blocks +16%), CUDA graphs PIECEWISE → "
+        "FULL_AND_PIECEWISE, concurrency at 131,072 ≈ 10.3× (modelled cold)")
     assert preview(shipped, None, "qwen36-fp8", "dgx-spark-1") == (
-        "new deployment: KV pool ≈ 1.68M tokens, CUDA graphs FULL_AND_PIECEWISE, "
-        "concurrency at 131,072 ≈ 12.8× (estimated)")
+        "new deployment: KV pool ≈ 1.35M tokens, CUDA graphs FULL_AND_PIECEWISE, "
+        "concurrency at 131,072 ≈ 10.3× (modelled cold)")
 
 
 def test_profiles_without_a_pinned_config_and_llamacpp(shipped: Project) -> None:

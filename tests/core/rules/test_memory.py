@@ -97,3 +97,38 @@ def test_unified_memory_os_headroom(kit):
     assert kit.run("unified-memory-os-headroom", two_on(kit, kit.node("gb10"), 0.5, 0.45))
     # Discrete memory: the OS has its own RAM.
     assert not kit.run("unified-memory-os-headroom", two_on(kit, kit.node("h100"), 0.5, 0.45))
+
+
+GB10_AS_CUDA_SEES_IT: dict[str, Any] = {"gpus": [
+    {"name": "NVIDIA GB10", "memory_gib": 128, "unified_memory": True,
+     "compute_capability": "12.1", "cuda_memory_gib": 121.69, "boot_free_gib": 102.2,
+     "memory_source": "a public GB10 report"}]}
+
+
+def test_a_utilization_the_node_cannot_free_at_boot_is_an_error(kit):
+    node = kit.node("gb10", **GB10_AS_CUDA_SEES_IT)
+    bad = kit.profile(vllm={"gpu_memory_utilization": 0.95})
+    finding = kit.only("startup-memory-exceeds-boot-free", kit.place(bad, node))
+    kit.assert_message(finding, file="profiles/p.yaml", field="vllm.gpu_memory_utilization",
+                       value="0.95", why="request_memory", fix="set vllm.gpu_memory_utilization")
+    assert finding.message == (
+        "0.95 asks for 115.6 GiB (0.95 × 121.69 GiB as CUDA reports it) on node gb10 "
+        "(deployment gb10/main, nodes/gb10.yaml), but gb10 frees at most 102.2 GiB at boot "
+        "(a public GB10 report): vLLM stops with 'Free memory on device … is less than "
+        "desired GPU memory utilization'. The largest utilization that boots is 0.83")
+    assert finding.fix.startswith("set vllm.gpu_memory_utilization to 0.83 or less")
+    assert not kit.run("startup-memory-exceeds-boot-free",
+                       kit.place(kit.profile(vllm={"gpu_memory_utilization": 0.83}), node))
+    # vLLM's own default (0.92 from 0.20) is named as such
+    default = kit.profile(vllm={"gpu_memory_utilization": None})
+    assert "0.92 (vLLM's default) asks for" in kit.only(
+        "startup-memory-exceeds-boot-free", kit.place(default, node)).message
+    # a node without the measured ceiling is not judged
+    assert not kit.run("startup-memory-exceeds-boot-free", kit.place(bad, kit.node("gb10")))
+
+
+def test_memory_is_sized_against_what_cuda_reports(kit):
+    node = kit.node("gb10", **GB10_AS_CUDA_SEES_IT)
+    found = estimate(kit.profile(), node)
+    assert found is not None and found.budget == pytest.approx(0.45 * 121.69)
+    assert "0.45 × 121.69 GiB as CUDA reports it; a public GB10 report" in found.budget_text

@@ -1,0 +1,93 @@
+"""The cold planner: the reserve modelled from what drives it, against every real figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servefleet.core.kvplan import load_pinned
+from servefleet.core.kvplan.accuracy import (
+    MTP_DELTA_TOLERANCE,
+    ROWS,
+    TOLERANCE,
+    evaluate_cold,
+    mtp_delta,
+)
+from servefleet.core.kvplan.reserve import (
+    ReserveInputs,
+    capture_sizes,
+    estimate,
+    graph_counts,
+    graph_profiling,
+)
+from servefleet.core.project import load_profiles
+
+ROOT = Path(__file__).resolve().parents[3]
+CONFIG = "models/qwen3.6-35b-a3b.config.json"
+SHA = "a24b96956f06a5055ab1e73006159adfe90cb8d6fb02f33459166f6ed8a40879"
+
+
+@pytest.fixture(scope="module")
+def qwen36():
+    return load_pinned(ROOT / "profiles", CONFIG, SHA)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.source.split(":")[0][:60])
+def test_every_row_is_within_tolerance_cold(qwen36, row):
+    result = evaluate_cold(qwen36, row)
+    if row.not_modelled:
+        assert result.predicted_tokens is None and "not modelled" in result.note
+        return
+    assert row.cold is not None, "every modelled row carries its cold inputs"
+    assert result.error is not None
+    assert abs(result.error) <= TOLERANCE, (result.predicted_tokens, row.printed_tokens,
+                                            result.note)
+
+
+def test_the_gb10_mtp_change_is_within_three_points_of_the_seeds(qwen36):
+    predicted, printed = mtp_delta(qwen36)
+    assert printed == pytest.approx(-0.1015, abs=1e-3)
+    assert abs(predicted - printed) <= MTP_DELTA_TOLERANCE
+
+
+def test_capture_sizes_reproduce_the_counts_real_boots_printed():
+    # seed 001, vLLM 0.19.1, 32 sequences: "11 piecewise + 7 full graphs"
+    sizes, decode = capture_sizes(32, 0)
+    assert (len(sizes), len(decode), sizes[-1]) == (11, 7, 64)
+    # the 0.25.1 GB10 fixture, 32 sequences, MTP 3:
+    # "Profiling CUDA graph memory: PIECEWISE=33 (largest=256), FULL=17 (largest=128)"
+    sizes, decode = capture_sizes(32, 3)
+    assert (len(sizes), sizes[-1], len(decode), decode[-1]) == (33, 256, 17, 128)
+
+
+def _inputs(**changes: object) -> ReserveInputs:
+    base = dict(unified_memory=False, version=(0, 21), max_num_batched_tokens=8192,
+                max_num_seqs=64, num_spec=0, cudagraph_mode="FULL_AND_PIECEWISE",
+                attention_backend="FLASHINFER", graph_profiling=True,
+                activation_bytes_per_token=57344)
+    return ReserveInputs(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def test_each_term_moves_with_what_drives_it():
+    base = estimate(_inputs())
+    assert estimate(_inputs(max_num_batched_tokens=16384)).activations == \
+        pytest.approx(2 * base.activations)
+    assert estimate(_inputs(cudagraph_mode="PIECEWISE")).graphs < base.graphs
+    assert estimate(_inputs(cudagraph_mode="NONE")).graphs == 0
+    assert estimate(_inputs(graph_profiling=False)).graphs == 0
+    assert estimate(_inputs(attention_backend="TURBOQUANT")).workspace == 0
+    assert estimate(_inputs(unified_memory=True)).base > 2 * base.base
+    assert graph_counts(_inputs(cudagraph_mode="FULL_DECODE_ONLY")) == (0, 11)
+
+
+def test_graph_memory_is_in_the_budget_from_0_20_or_when_the_env_asks():
+    shipped = load_profiles(ROOT)[0]["qwen36-w8a16"]  # sets no profiler variable
+
+    def at(version: str, **env: str) -> bool:
+        return graph_profiling(shipped.model_copy(update={"engine_version": version,
+                                                          "env": env}))
+
+    assert at("0.20.0") and not at("0.19.1")
+    assert at("0.19.1", VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS="1")
+    assert not at("0.21.0", VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS="0")
