@@ -200,8 +200,8 @@ def cold_table(facts: ModelFacts) -> list[Result]:
 def mtp_delta(facts: ModelFacts) -> tuple[float, float]:
     """(predicted cold, printed) relative change of the GB10 pool when MTP is turned on
     (seed 001: 360k → 323,456 tokens, −10.2%)."""
-    on, off = (next(r for r in ROWS if r.source.startswith(prefix))
-               for prefix in ("seed 001 GB10 Qwen3.6-FP8 MTP 2", "seed 001 GB10 Qwen3.6-FP8 MTP off"))
+    on, off = (next(r for r in ROWS if r.source.startswith(f"seed 001 GB10 Qwen3.6-FP8 {which}"))
+               for which in ("MTP 2", "MTP off"))
     cold_on, cold_off = evaluate_cold(facts, on), evaluate_cold(facts, off)
     assert cold_on.predicted_tokens and cold_off.predicted_tokens
     return (cold_on.predicted_tokens / cold_off.predicted_tokens - 1,
