@@ -104,7 +104,8 @@ def node_running(node: NodeState, layout: SimLayout) -> bool:
 
 
 def _prepare_node_files(spec: NodeSpec, node: NodeLayout, client_pub: str) -> None:
-    for folder in (node.root, node.base_dir, node.hf_cache, node.bin_dir, node.home):
+    for folder in (node.root, node.base_dir, node.hf_cache, node.models_dir, node.bin_dir,
+                   node.home):
         folder.mkdir(parents=True, exist_ok=True)
     # A freshly booted node: no fault markers left from an earlier run, the inventory's GPU.
     shutil.rmtree(node.control_dir, ignore_errors=True)

@@ -167,6 +167,7 @@ def node_document(spec: NodeSpec, node: NodeLayout, *, client_key: Path, host_ke
         "cuda_version": spec.cuda_version,
         "base_dir": str(node.base_dir),
         "hf_cache": str(node.hf_cache),
+        "models_dir": str(node.models_dir),
         "ports": list(PORTS),
         # The node's end of its veth pair stands in for the ConnectX-7 link: engines that
         # span sim nodes run Gloo/NCCL sockets over it (no RDMA device, so no ib_hcas).

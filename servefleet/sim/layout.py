@@ -137,6 +137,12 @@ class NodeLayout:
         return self.root / "hf-cache"
 
     @property
+    def models_dir(self) -> Path:
+        """The node's folder of local model files (``models_dir``, mounted at ``/models``):
+        there as on a real node, empty, since the CPU twin loads its own tiny model."""
+        return self.root / "models"
+
+    @property
     def bin_dir(self) -> Path:
         """First on PATH in SSH sessions: holds the stand-in ``nvidia-smi``."""
         return self.root / "bin"

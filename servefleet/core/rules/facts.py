@@ -167,6 +167,55 @@ def quantization_methods(profile: Profile) -> tuple[Version, frozenset[str]] | N
     return (minor, methods) if methods is not None else None
 
 
+# ------------------------------------------------------------ models and speculative methods
+
+@dataclass(frozen=True)
+class FeatureFact:
+    """The vLLM versions that have one engine feature (an architecture, a method)."""
+
+    since: Version
+    """First release that has it."""
+    source: str
+    """Where that comes from."""
+    removed: Version | None = None
+    """First release without it again (``None``: still there)."""
+
+
+ARCHITECTURE_SINCE: dict[str, FeatureFact] = {
+    "Qwen3ForCausalLM": FeatureFact(
+        (0, 8, 4), "Qwen3 support from vLLM 0.8.4 (facebookresearch/matrix#20; axolotl PR "
+        "2583 bumps to 0.8.5 for it)"),
+    "Qwen3MoeForCausalLM": FeatureFact(
+        (0, 8, 4), "Qwen3 support from vLLM 0.8.4 (facebookresearch/matrix#20)"),
+    "Qwen3NextForCausalLM": FeatureFact(
+        (0, 10, 2), "Qwen3-Next arrived with vLLM 0.10.2 (vllm PR 24526; vllm-ascend PR 2919 "
+        "tested on v0.10.2)"),
+    "Qwen3_5MoeForConditionalGeneration": FeatureFact(
+        (0, 17), "vLLM 0.16.0 refuses it ('Model architectures "
+        "[\'Qwen3_5MoeForConditionalGeneration\'] are not supported for now', "
+        "runpod-workers/worker-vllm#279); Qwen3.5 support is in release v0.17.0"),
+    "Qwen3_5ForConditionalGeneration": FeatureFact(
+        (0, 17), "Qwen3.5 support is in vLLM release v0.17.0 (runpod-workers/worker-vllm#279)"),
+}
+"""``model.architecture`` values by the first vLLM release that serves them; an
+architecture not listed is not judged."""
+
+SPEC_METHOD_SINCE: dict[str, FeatureFact] = {
+    "qwen3_next_mtp": FeatureFact(
+        (0, 10, 2), "added with Qwen3-Next in vLLM 0.10.2 (vllm PR 24526)"),
+    "mtp": FeatureFact(
+        (0, 11), "the generic method, with every MTP name an alias of it, from 0.11.0 "
+        "(vllm==0.11.0:vllm/config/speculative.py)"),
+    "qwen3_5_mtp": FeatureFact(
+        (0, 17), "alias added with Qwen3.5 in 0.17.0 (vllm==0.17.0:vllm/config/speculative.py)"),
+    "medusa": FeatureFact(
+        (), "removed from SpeculativeMethod in 0.33.0 (vllm==0.33.0:vllm/config/speculative.py)",
+        removed=(0, 33)),
+}
+"""``vllm.speculative.method`` values by the vLLM releases that accept them; a method not
+listed is not judged."""
+
+
 # --------------------------------------------------------------------------- flags, env
 
 @dataclass(frozen=True)

@@ -8,11 +8,13 @@ from servefleet.core.errors import RenderError
 from servefleet.core.project import CONFIG_NS, Project
 from servefleet.core.render.release import RenderFieldError, render_release
 from servefleet.core.rules import (
+    capabilities,
     flags,
     hardware,
     kvcache,
     llamacpp,
     memory,
+    model_files,
     node,
     quantization,
     serving,
@@ -35,7 +37,8 @@ RENDER_RULE = "render-refused"
 """Rule id of findings that come from rendering the stack's deployments in memory."""
 
 RULE_MODULES: tuple[ModuleType, ...] = (
-    kvcache, quantization, serving, speculative, flags, llamacpp, hardware, memory, node,
+    capabilities, kvcache, quantization, serving, speculative, flags, llamacpp, hardware, memory,
+    model_files, node,
     unified_headroom,
 )
 """Modules whose :class:`Rule` objects make up the rule set, in report order."""

@@ -101,6 +101,7 @@ gpus:
     compute_capability: "{gpu[4]}"
 base_dir: /srv/servefleet
 hf_cache: {control}/hf
+models_dir: {control}/models
 ports: [8000]
 simulated: true
 sim:
