@@ -99,17 +99,25 @@ def render_command(obj: CliContext, nodes: tuple[str, ...], all_nodes: bool, out
                    "to fill them from the environment")
 
 
-def _load_profile(root: Path, name: str) -> Profile:
+def _load_profiles(root: Path, *names: str) -> list[Profile]:
+    """``names`` resolved; every other file of the project that cannot be read is named on
+    stderr (a warning: the profiles asked for loaded), as ``validate`` names it."""
     from servefleet.core.errors import ConfigError
-    from servefleet.core.project import load_profiles
+    from servefleet.core.project import load_nodes, load_profiles
     from servefleet.core.suggest import unknown_name
 
     profiles, _, _, problems = load_profiles(root)
-    if name in profiles:
-        return profiles[name]
-    if problems:
-        raise ConfigError(problems)
-    raise ConfigError(unknown_name("profile", name, profiles, "profiles/"))
+    for name in names:
+        if name not in profiles:
+            raise ConfigError(problems or unknown_name("profile", name, profiles, "profiles/"))
+    _warn_unreadable([*problems, *load_nodes(root)[2]])
+    return [profiles[name] for name in names]
+
+
+def _warn_unreadable(problems: list[str]) -> None:
+    """One warning line per problem."""
+    for problem in dict.fromkeys(problems):
+        click.echo(f"warning: {problem} (`servefleet validate` lists every problem)", err=True)
 
 
 def _show_data(profile: Profile, port: int) -> dict[str, Any]:
@@ -134,7 +142,7 @@ def show_command(obj: CliContext, profile_name: str, port: int, as_json: bool) -
     """Show PROFILE resolved (after extends), its identity hash and its engine command."""
     import yaml
 
-    profile = _load_profile(obj.project_dir, profile_name)
+    [profile] = _load_profiles(obj.project_dir, profile_name)
     data = _show_data(profile, port)
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -158,8 +166,7 @@ def diff_profiles_command(obj: CliContext, profile_a: str, profile_b: str,
     """
     from servefleet.core.render import diff_flags, engine_flags
 
-    a = _load_profile(obj.project_dir, profile_a)
-    b = _load_profile(obj.project_dir, profile_b)
+    a, b = _load_profiles(obj.project_dir, profile_a, profile_b)
     diff = diff_flags(engine_flags(a), engine_flags(b))
     if as_json:
         click.echo(json.dumps({"a": a.name, "b": b.name, "engine": [a.engine, b.engine],

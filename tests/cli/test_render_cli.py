@@ -172,3 +172,17 @@ def test_diff_profiles_same_profile_and_value_changes(run: Run, project: Path) -
         "~ --max-num-seqs: 16 -> 2",
         "~ --max-num-batched-tokens: 65536 -> 4096",
     ]
+
+
+def test_show_and_diff_name_an_unreadable_file_beside_the_profile(run: Run,
+                                                                  project: Path) -> None:
+    (project / "profiles" / "zero.yaml").symlink_to("/dev/zero")
+    warning = ("warning: profiles/zero.yaml: is a device, not a regular file; point it at a "
+               "regular file (`servefleet validate` lists every problem)")
+    shown = run("show", "qwen36-fp8")
+    assert shown.exit_code == 0, shown.output
+    assert shown.stderr.splitlines() == [warning]
+    diffed = run("diff-profiles", "qwen36-fp8", "qwen36-fp8-mtp")
+    assert diffed.exit_code == 0, diffed.output
+    assert diffed.stderr.splitlines() == [warning]
+    assert "+ --speculative-config" in diffed.stdout
