@@ -48,7 +48,7 @@ def probe_command(obj: CliContext, node: str, as_json: bool) -> None:
                                  what="GPU probe")
             return done.exit_status, done.stdout, done.stderr
 
-        result = run_probe(run_remote, node=target.name)
+        result = run_probe(run_remote, node=target.name, cuda=True)
     mismatches = [*compare_with_inventory(result, target.expected_gpu_facts()),
                   *foreign_processes(result)]
     failed = any(m.severity == "error" for m in mismatches)
@@ -63,11 +63,16 @@ def probe_command(obj: CliContext, node: str, as_json: bool) -> None:
         console = Console()
         console.print(f"[bold]{target.name}[/]: source {result.source}, driver "
                       f"{result.driver_version or '?'}, CUDA {result.cuda_driver_version or '?'}")
-        table = Table("GPU", "name", "compute capability", "memory total (GiB)", "processes")
+        table = Table("GPU", "name", "compute capability", "memory total (GiB)",
+                      "as CUDA reports it (GiB)", "processes")
+        cuda = {c.index: c for c in result.cuda_memory or ()}
         for gpu in result.gpus:
             total, _free = result.gpu_memory(gpu)
+            reading = cuda.get(gpu.index)
             table.add_row(str(gpu.index), gpu.name, gpu.compute_capability or "?",
-                          f"{total / 2**30:.1f}" if total else "?", str(len(gpu.processes)))
+                          f"{total / 2**30:.1f}" if total else "?",
+                          f"{reading.total_bytes / 2**30:.2f} ({reading.free_bytes / 2**30:.2f}"
+                          " free)" if reading else "?", str(len(gpu.processes)))
         console.print(table)
         for error in result.errors:
             console.print(f"[yellow]probe: {error}[/]")

@@ -98,6 +98,15 @@ class HostFacts(_Model):
     """``MemAvailable`` of ``/proc/meminfo``: what vLLM can take on unified memory."""
 
 
+class CudaMemory(_Model):
+    """One device's memory as CUDA reports it (``cuMemGetInfo``, what
+    ``torch.cuda.mem_get_info`` and so vLLM read)."""
+
+    index: int
+    total_bytes: int
+    free_bytes: int
+
+
 class GpuProbeResult(_Model):
     """Everything one run of the GPU probe reported."""
 
@@ -117,6 +126,8 @@ class GpuProbeResult(_Model):
     """Architecture and memory of the node."""
     errors: tuple[str, ...] = ()
     """Why a source could not be used or a fact not read."""
+    cuda_memory: tuple[CudaMemory, ...] | None = None
+    """Per device, the memory CUDA reports (``servefleet probe`` only); None: not read."""
 
     def gpu_memory(self, gpu: ProbedGpu) -> tuple[int | None, int | None]:
         """``(total, free)`` bytes of the pool this GPU allocates from: its own memory, or the
@@ -332,6 +343,8 @@ class ExpectedGpu(_Model):
     """How many such GPUs."""
     memory_gib: float = Field(gt=0)
     """Nominal memory per GPU in GiB; for unified memory, the shared pool."""
+    cuda_memory_gib: float | None = None
+    """Memory per GPU as CUDA reports it (``Gpu.cuda_memory_gib``); None: not set."""
     unified_memory: bool = False
     """CPU and GPU share the host's memory (GB10)."""
     compute_capability: str
@@ -497,6 +510,7 @@ def compare_with_inventory(
                 ))
             found.extend(_check_memory(result, gpu, want, field, discrete_tolerance,
                                        unified_tolerance))
+            found.extend(_check_cuda_memory(result, gpu, want, field))
     for gpu in result.gpus:
         if gpu.index not in claimed:
             found.append(Mismatch(
@@ -504,6 +518,36 @@ def compare_with_inventory(
                 message=f"GPU {gpu.index} ({gpu.name}) is not in the inventory",
             ))
     return found
+
+
+CUDA_MEMORY_TOLERANCE = 0.005
+"""``cuda_memory_gib`` within this share of what CUDA reports is the same figure."""
+
+
+def _check_cuda_memory(result: GpuProbeResult, gpu: ProbedGpu, want: ExpectedGpu,
+                       field: str) -> list[Mismatch]:
+    """The memory CUDA reports against ``cuda_memory_gib``: every memory calculation of
+    servefleet (planner, rules) sizes against it, so a missing or stale figure is said."""
+    reading = next((c for c in result.cuda_memory or () if c.index == gpu.index), None)
+    if reading is None:
+        return []
+    observed = reading.total_bytes / GIB
+    where = f"{field}.cuda_memory_gib"
+    if want.cuda_memory_gib is None:
+        return [Mismatch(
+            field=where, expected=None, observed=f"{observed:.2f}", severity="warning",
+            message=(f"GPU {gpu.index} ({gpu.name}): CUDA reports {observed:.2f} GiB of its "
+                     f"{want.memory_gib:g} GiB, which vLLM multiplies by "
+                     f"gpu_memory_utilization; set cuda_memory_gib: {observed:.2f} (and "
+                     "memory_source) so plans and rules size against it"))]
+    if abs(observed - want.cuda_memory_gib) > want.cuda_memory_gib * CUDA_MEMORY_TOLERANCE:
+        return [Mismatch(
+            field=where, expected=f"{want.cuda_memory_gib:g}", observed=f"{observed:.2f}",
+            severity="warning",
+            message=(f"GPU {gpu.index} ({gpu.name}): CUDA reports {observed:.2f} GiB, the "
+                     f"inventory says {want.cuda_memory_gib:g}; set cuda_memory_gib: "
+                     f"{observed:.2f}"))]
+    return []
 
 
 def free_memory_check(result: GpuProbeResult, utilization: float, unified: bool, *,

@@ -322,3 +322,42 @@ def test_unified_gpu_that_reports_its_own_pool_is_compared_on_it() -> None:
     assert free_memory_check(result, 0.45, unified=True) is None
     message = free_memory_check(result, 0.95, unified=True)
     assert message is not None and "117.2 GiB available of 128.0 GiB" in message
+
+
+def test_the_memory_cuda_reports_is_held_against_cuda_memory_gib() -> None:
+    from servefleet.core.gpu import CudaMemory
+
+    # A GB10 as CUDA sees it: 121.69 GiB total (NVML answers "Not Supported" there).
+    result = gb10_result().model_copy(update={"cuda_memory": (
+        CudaMemory(index=0, total_bytes=int(121.69 * GIB), free_bytes=int(101.5 * GIB)),)})
+    unset = ExpectedGpuFacts(gpus=(ExpectedGpu(name="NVIDIA GB10", memory_gib=128,
+                                               unified_memory=True,
+                                               compute_capability="12.1"),))
+    (mismatch,) = compare_with_inventory(result, unset)
+    assert (mismatch.field, mismatch.severity, mismatch.observed) == (
+        "gpus[0].cuda_memory_gib", "warning", "121.69")
+    assert mismatch.message == (
+        "GPU 0 (NVIDIA GB10): CUDA reports 121.69 GiB of its 128 GiB, which vLLM multiplies "
+        "by gpu_memory_utilization; set cuda_memory_gib: 121.69 (and memory_source) so plans "
+        "and rules size against it")
+    matching = unset.model_copy(update={"gpus": (unset.gpus[0].model_copy(
+        update={"cuda_memory_gib": 121.69}),)})
+    assert compare_with_inventory(result, matching) == []
+    stale = unset.model_copy(update={"gpus": (unset.gpus[0].model_copy(
+        update={"cuda_memory_gib": 119.0}),)})
+    (mismatch,) = compare_with_inventory(result, stale)
+    assert "CUDA reports 121.69 GiB, the inventory says 119" in mismatch.message
+    # a probe that did not read CUDA (a rollout's preflight) says nothing about it
+    assert compare_with_inventory(gb10_result(), stale) == []
+
+
+def test_the_probe_script_says_why_cuda_memory_was_not_read() -> None:
+    from servefleet.adapters.gpu_probe import run_probe_locally
+
+    result = run_probe_locally(python_args=["-S"], env={"PATH": "/nonexistent",
+                                                        "LD_LIBRARY_PATH": "/nonexistent"},
+                               cuda=True)
+    if result.cuda_memory is not None:
+        pytest.skip("this machine has a CUDA driver")
+    assert any(e.startswith("CUDA memory not read: libcuda.so.1 not loadable")
+               for e in result.errors)

@@ -33,13 +33,15 @@ def _text(data: bytes | str) -> str:
 
 
 def run_probe(run_remote: RunRemote, *, node: str = "node",
-              python: str = "python3") -> GpuProbeResult:
-    """Run the probe through ``run_remote`` and return what it read.
+              python: str = "python3", cuda: bool = False) -> GpuProbeResult:
+    """Run the probe through ``run_remote`` and return what it read; ``cuda``: also the
+    memory CUDA reports (opens a CUDA context on each GPU: ``servefleet probe`` only).
 
     Raises :class:`RemoteError` when the node has no ``python``, the script failed, or it
     printed something other than a probe result.
     """
-    status, stdout, stderr = run_remote([python, "-"], probe_script_source())
+    argv = [python, "-", "--cuda"] if cuda else [python, "-"]
+    status, stdout, stderr = run_remote(argv, probe_script_source())
     if status == 127:
         raise RemoteError(node, f"GPU probe needs {python} on the node, which was not found",
                           status, _text(stderr)[-500:])
@@ -53,7 +55,8 @@ def run_probe(run_remote: RunRemote, *, node: str = "node",
 
 
 def run_probe_locally(*, python: str = sys.executable, python_args: Sequence[str] = (),
-                      env: Mapping[str, str] | None = None) -> GpuProbeResult:
+                      env: Mapping[str, str] | None = None,
+                      cuda: bool = False) -> GpuProbeResult:
     """Run the probe on this machine in a child interpreter (tests, and the real-GPU run).
 
     ``python_args`` go before ``-`` (``["-S"]`` hides site-packages, and with them pynvml);
@@ -65,7 +68,7 @@ def run_probe_locally(*, python: str = sys.executable, python_args: Sequence[str
                               timeout=PROBE_TIMEOUT_SECONDS, check=False)
         return done.returncode, done.stdout, done.stderr
 
-    return run_probe(run_here, node="localhost", python=python)
+    return run_probe(run_here, node="localhost", python=python, cuda=cuda)
 
 
 __all__ = ["RunRemote", "probe_script_source", "run_probe", "run_probe_locally"]

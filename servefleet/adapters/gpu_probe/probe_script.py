@@ -24,6 +24,12 @@ On unified-memory GPUs (GB10) NVML answers "Not Supported" for memory: the GPU's
 figures are then null, ``memory_source`` is ``"host"``, and the pool is described by
 ``host`` (``/proc/meminfo`` MemTotal / MemAvailable).
 
+With ``--cuda`` (``servefleet probe``; never in a rollout's preflight, since it opens a CUDA
+context on every GPU) the script also reads ``cuda_memory``: each device's total and free
+memory as CUDA reports them (``cuMemGetInfo`` through ``libcuda``, where
+``torch.cuda.mem_get_info`` ends), which is what vLLM multiplies by
+``gpu_memory_utilization``: a GB10 reports 121.69 GiB there, an RTX 5090 31.37 GiB.
+
 The parsing below is mirrored by the typed functions in ``servefleet.core.gpu``; tests run
 both on the same inputs so the two cannot drift apart.
 """
@@ -31,6 +37,7 @@ both on the same inputs so the two cannot drift apart.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -450,8 +457,47 @@ def read_host() -> dict[str, Any]:
     return host_facts(os.uname().machine, text)
 
 
-def probe() -> dict[str, Any]:
-    """Run the probe: NVML first, then nvidia-smi, then report that neither answered."""
+def read_cuda_memory(errors: list[str]) -> list[dict[str, Any]] | None:
+    """``[{index, total_bytes, free_bytes}]`` from the CUDA driver API, or None (why in
+    ``errors``). Each device's primary context is retained only for the reading."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as error:
+        errors.append(f"CUDA memory not read: libcuda.so.1 not loadable ({error})")
+        return None
+
+    def check(what: str, status: int) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what} returned CUDA error {status}")
+
+    found: list[dict[str, Any]] = []
+    try:
+        check("cuInit", cuda.cuInit(0))
+        count = ctypes.c_int(0)
+        check("cuDeviceGetCount", cuda.cuDeviceGetCount(ctypes.byref(count)))
+        for index in range(count.value):
+            device, context = ctypes.c_int(0), ctypes.c_void_p()
+            check("cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(device), index))
+            check("cuDevicePrimaryCtxRetain",
+                  cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device))
+            try:
+                check("cuCtxSetCurrent", cuda.cuCtxSetCurrent(context))
+                free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+                check("cuMemGetInfo", cuda.cuMemGetInfo_v2(ctypes.byref(free),
+                                                           ctypes.byref(total)))
+                found.append({"index": index, "total_bytes": total.value,
+                              "free_bytes": free.value})
+            finally:
+                cuda.cuDevicePrimaryCtxRelease(device)
+    except (RuntimeError, AttributeError) as error:
+        errors.append(f"CUDA memory not read: {error}")
+        return found or None
+    return found
+
+
+def probe(cuda: bool = False) -> dict[str, Any]:
+    """Run the probe: NVML first, then nvidia-smi, then report that neither answered;
+    ``cuda``: also read the memory CUDA reports."""
     errors: list[str] = []
     host = read_host()
     result = probe_nvml(host, errors)
@@ -459,13 +505,15 @@ def probe() -> dict[str, Any]:
         result = probe_smi(host, errors)
     if result is None:
         result = build_none(host, errors)
+    if cuda:
+        result["cuda_memory"] = read_cuda_memory(result["errors"])
     return result
 
 
 def main() -> int:
     """Print the probe's JSON object; exit 0 whenever one was printed."""
     try:
-        result = probe()
+        result = probe(cuda="--cuda" in sys.argv[1:])
     except Exception as error:
         # A bug here must still reach the operator as data, not as a traceback on stderr.
         result = build_none(host_facts(None, None),

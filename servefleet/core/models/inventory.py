@@ -294,6 +294,7 @@ class Node(StrictModel):
         return ExpectedGpuFacts(
             gpus=tuple(
                 ExpectedGpu(name=g.name, count=g.count, memory_gib=g.memory_gib,
+                            cuda_memory_gib=g.cuda_memory_gib,
                             unified_memory=g.unified_memory,
                             compute_capability=g.compute_capability)
                 for g in self.gpus

@@ -15,7 +15,6 @@ from servefleet.core.rules.facts import (
     ARCHITECTURE_SINCE,
     SPEC_METHOD_SINCE,
     FeatureFact,
-    at_least,
     dotted,
     version_known,
 )
