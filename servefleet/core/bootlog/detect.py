@@ -2,7 +2,10 @@
 
 Tokens are chosen so that they cannot appear in another engine's log: plain ``vllm`` is
 not one of them because file paths often contain it (a llama.cpp model folder named
-``gemma4-vllm`` exists in the corpus).
+``gemma4-vllm`` exists in the corpus). Two vLLM signs are *weak*: SGLang imports vLLM
+modules, whose import prints ``Automatically detected platform cuda.`` and other lines in
+vLLM's logger format, so a weak sign decides only when no strong sign of another engine
+follows soon (:mod:`servefleet.core.bootlog.parser` holds the lines meanwhile).
 """
 
 from __future__ import annotations
@@ -19,9 +22,16 @@ TOKENS: tuple[tuple[str, Engine], ...] = (
     ("vLLM Version ", "vllm"),
     ("(APIServer pid=", "vllm"),
     ("(EngineCore", "vllm"),
-    ("Automatically detected platform", "vllm"),
     ("kv_cache_utils.py:", "vllm"),
     ("vllm.entrypoints", "vllm"),
+    ("headless multiproc executor", "vllm"),
+    # argparse's usage and error lines: a command line refused before anything else ran.
+    ("usage: vllm", "vllm"),
+    ("vllm serve: error: ", "vllm"),
+    ("vllm: error: ", "vllm"),
+    ("usage: api_server.py", "vllm"),
+    ("usage: launch_server.py", "sglang"),
+    ("launch_server.py: error: ", "sglang"),
     ("SGLang Version", "sglang"),
     ("server_args=ServerArgs(", "sglang"),
     ("sglang.launch_server", "sglang"),
@@ -43,7 +53,16 @@ TOKENS: tuple[tuple[str, Engine], ...] = (
     ("common_download_file", "llama.cpp"),
     ("gguf_init_from_file", "llama.cpp"),
     ("system_info: n_threads", "llama.cpp"),
+    ("log_server_r: ", "llama.cpp"),
+    ("update_slots: ", "llama.cpp"),
+    ("srv    operator(): ", "llama.cpp"),
+    # common/arg.cpp's wording; argparse says "unrecognized arguments" instead.
+    ("error: invalid argument: ", "llama.cpp"),
 )
+WEAK_TOKENS: tuple[tuple[str, Engine], ...] = (
+    ("Automatically detected platform", "vllm"),
+)
+"""Signs that decide only when no strong sign of another engine follows (see above)."""
 
 _LLAMA_BUILD = re.compile(r"^build: [0-9]+ \([0-9a-f]+\) with ")
 
@@ -51,9 +70,9 @@ _LLAMA_BUILD = re.compile(r"^build: [0-9]+ \([0-9a-f]+\) with ")
 def detect_engine(line: LogLine) -> Engine | None:
     """The engine a line belongs to, or None when the line is not decisive.
 
-    Besides the tokens, vLLM's logger header (``INFO 05-12 02:45:59 [file.py:634]``) and
-    llama.cpp's 2026 timestamp (``0.02.254.428 I``) are decisive. SGLang's
-    ``[YYYY-MM-DD HH:MM:SS]`` is not: ROCm's aiter library prints the same inside vLLM logs.
+    Besides the tokens, llama.cpp's 2026 timestamp (``0.02.254.428 I``) is decisive.
+    SGLang's ``[YYYY-MM-DD HH:MM:SS]`` is not: ROCm's aiter library prints the same inside
+    vLLM logs. vLLM's logger header is a weak sign (:func:`weak_engine`).
     """
     text = line.text
     for token, engine in TOKENS:
@@ -61,12 +80,23 @@ def detect_engine(line: LogLine) -> Engine | None:
             return engine
     if text.startswith("build: ") and _LLAMA_BUILD.match(text):
         return "llama.cpp"
-    if line.header == "vllm":
-        return "vllm"
     if line.header == "llama.cpp":
         return "llama.cpp"
     return None
 
 
+def weak_engine(line: LogLine) -> Engine | None:
+    """The engine a weak sign points to (vLLM's logger header, or a line vLLM's import
+    prints), or None."""
+    text = line.text
+    for token, engine in WEAK_TOKENS:
+        if token in text:
+            return engine
+    if line.header == "vllm":
+        return "vllm"
+    return None
+
+
 #: Literal anchors that find detection lines in raw bytes.
-ANCHORS: tuple[bytes, ...] = (*(token.encode("ascii") for token, _ in TOKENS), b"build: ")
+ANCHORS: tuple[bytes, ...] = (*(token.encode("ascii") for token, _ in (*TOKENS, *WEAK_TOKENS)),
+                              b"build: ")

@@ -343,6 +343,11 @@ class TracebackTracker:
             tb.capturing = True
         return lineno == tb.start_line + 1 and func in self.TOP_FRAMES
 
+    def started(self, process: str) -> int | None:
+        """The line of the process's current ``Traceback`` header, if any."""
+        tb = self._by_process.get(process)
+        return None if tb is None or tb.start_line < 0 else tb.start_line
+
     def context(self, process: str) -> tuple[bool, bool]:
         """(kv_alloc, capturing) of the process's current traceback."""
         tb = self._by_process.get(process)

@@ -282,11 +282,37 @@ def _error_line(st: LlamaCppState, line: LogLine, _rx: Rx) -> bool:
     return True
 
 
-def _cleanup(st: LlamaCppState, _line: LogLine, _rx: Rx) -> bool:
+def _cleanup(st: LlamaCppState, line: LogLine, _rx: Rx) -> bool:
     # Printed on every exit; after readiness it means an operator stopped the server.
     if st.ready is not None:
-        st.mark_shutdown()
+        st.mark_stopped(excerpt(line))
     return True
+
+
+def _interrupted(st: LlamaCppState, line: LogLine, rx: Rx) -> bool:
+    """An operator's Ctrl-C: the terminal's ``^C`` echo, or llama-server's own
+    ``Received second interrupt, terminating immediately.``"""
+    if rx[0].search(line.text) is not None:
+        st.mark_stopped(excerpt(line))
+    return True
+
+
+def _served(st: LlamaCppState, line: LogLine, rx: Rx) -> bool:
+    """``log_server_r: request: POST /v1/chat/completions 127.0.0.1 200``: the server
+    answered, so it is up even where its listening line is not in the log."""
+    if st.ready is None and rx[0].search(line.msg) is not None:
+        st.mark_ready(excerpt(line))
+    return True
+
+
+def _architecture(st: LlamaCppState, line: LogLine, rx: Rx) -> bool:
+    """The GGUF's ``general.architecture`` (loader dump) or ``print_info: arch``."""
+    for pattern in rx:
+        m = pattern.search(line.msg)
+        if m is not None:
+            st.first("architecture", m.group(1), excerpt(line, m.start(1), m.end(1)))
+            return True
+    return False
 
 
 _FLOAT = "([0-9]+[.][0-9]+)"
@@ -341,4 +367,10 @@ RULES: tuple[Rule, ...] = (
     Rule("terminate called", ("terminate called",), _error_line, ALWAYS),
     Rule("Segmentation fault", ("Segmentation fault",), _error_line, ALWAYS),
     Rule("cleaning up before exit", ("cleaning up before exit",), _cleanup, ALWAYS),
+    Rule("econd interrupt", ("[Rr]eceived second interrupt",), _interrupted, ALWAYS),
+    Rule("^C", ("^\\^C",), _interrupted, ALWAYS),
+    Rule("log_server_r: ", ("request: [A-Z]+ [^ ]+ [^ ]+ 2[0-9][0-9]",), _served),
+    Rule("general.architecture", ("general[.]architecture +str += ([A-Za-z0-9_]+)",),
+         _architecture),
+    Rule("print_info: arch ", ("print_info: arch += ([A-Za-z0-9_]+)",), _architecture),
 )

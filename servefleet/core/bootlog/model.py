@@ -39,6 +39,10 @@ class FailureClass(StrEnum):
     allocated)."""
     CUDAGRAPH_CAPTURE_FAILED = "cudagraph_capture_failed"
     """The engine died while capturing CUDA graphs."""
+    INVALID_ARGUMENTS = "invalid_arguments"
+    """The engine refused its command line before starting (argparse's ``PROG: error:
+    unrecognized arguments`` / ``invalid choice``, exit 2; llama.cpp's ``error: invalid
+    argument``)."""
     MODEL_DOWNLOAD_OR_AUTH = "model_download_or_auth"
     """The model could not be fetched: 401/403, gated or missing repository, bad id."""
     UNSUPPORTED_QUANTIZATION_OR_DTYPE = "unsupported_quantization_or_dtype"

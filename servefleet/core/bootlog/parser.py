@@ -29,7 +29,7 @@ from typing import Any, get_args
 
 from servefleet.core.bootlog import llamacpp, sglang, vllm
 from servefleet.core.bootlog.detect import ANCHORS as DETECT_ANCHORS
-from servefleet.core.bootlog.detect import detect_engine
+from servefleet.core.bootlog.detect import detect_engine, weak_engine
 from servefleet.core.bootlog.lines import LogLine, clean_line, looks_like_record_start
 from servefleet.core.bootlog.model import BootFacts, Engine, Evidence
 from servefleet.core.bootlog.rules import BOOT, DYING, INSPECT, SERVING, EngineState, Rule
@@ -122,6 +122,8 @@ class BootLogParser:
         self._carry = b""
         self._lineno = 1
         self._pending: list[LogLine] = []
+        self._weak: Engine | None = None
+        """The engine a weak sign pointed to while no strong sign was seen yet."""
         self._wrap: tuple[Rule, str, int] | None = None
         self._window_left = 0
         self._closed = False
@@ -165,6 +167,8 @@ class BootLogParser:
                 self._scan(carry + _NEWLINE)
             if self._wrap is not None:
                 self._retry_wrap(None)
+            if self._compiled is None and self._weak is not None:
+                self._start_with_pending(self._weak)
         return self.facts()
 
     def facts(self) -> BootFacts:
@@ -276,15 +280,26 @@ class BootLogParser:
         if self._compiled is None:
             engine = detect_engine(line)
             if engine is None:
+                self._weak = self._weak or weak_engine(line)
                 if len(self._pending) < MAX_PENDING:
                     self._pending.append(LogLine(raw[:PENDING_TEXT], lineno))
-                return
-            self._start(engine)
-            pending, self._pending = self._pending, []
-            for earlier in pending:
-                self._dispatch(earlier, None, 0, 0, False)
+                    return
+                if self._weak is None:
+                    return
+                # A weak sign and no strong one in MAX_PENDING candidate lines: decide.
+                engine = self._weak
+                self._pending.append(LogLine(raw[:PENDING_TEXT], lineno))
+                line = self._pending.pop()
+            self._start_with_pending(engine)
             found = None  # found with the union of all anchors
         self._dispatch(line, block, end, hi, inspect, found)
+
+    def _start_with_pending(self, engine: str) -> None:
+        """Start ``engine`` and hand it the lines held back while detecting."""
+        self._start(engine)
+        pending, self._pending = self._pending, []
+        for earlier in pending:
+            self._dispatch(earlier, None, 0, 0, False)
 
     def _dispatch(self, line: LogLine, block: bytes | None, end: int, hi: int, inspect: bool,
                   found: list[Any] | None = None) -> None:
@@ -414,7 +429,9 @@ def build_facts(engine: str | None, state: EngineState | None) -> BootFacts:
         evidence["failure_reason"] = tuple(proofs)
         evidence["outcome"] = tuple(proofs)
     elif state.ready is not None:
-        evidence["outcome"] = (state.ready,)
+        evidence["outcome"] = (state.ready,) + ((state.stopped,) if state.stopped else ())
+    elif state.stopped is not None:
+        evidence["outcome"] = (state.stopped,)
     get = values.get
     return BootFacts(
         engine=engine,

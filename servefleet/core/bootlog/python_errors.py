@@ -35,7 +35,8 @@ def exception_line(state: EngineState, line: LogLine, _rx: tuple[re.Pattern[str]
     if match is None:
         return True
     if match.group(2) == "KeyboardInterrupt":
-        state.mark_shutdown()
+        # Ctrl-C, or vLLM's SIGTERM handler (``raise KeyboardInterrupt("terminated")``).
+        state.mark_stopped(excerpt(line), state.tracebacks.started(line.process))
         return True
     kv_alloc, capturing = state.tracebacks.context(line.process)
     cls = classify(line.msg, kv_alloc=kv_alloc, capturing=capturing or state.capturing)
@@ -98,4 +99,35 @@ PYTHON_ERROR_RULES: tuple[Rule, ...] = (
     Rule("Traceback (most recent call last)", (r"Traceback \(most recent call last\)",),
          _traceback, ALWAYS | INSPECT),
     Rule('File "', ('File "[^"]*", line [0-9]+, in ',), _frame, _ERRORS),
+)
+
+
+def cli_error(state: EngineState, line: LogLine, rx: tuple[re.Pattern[str], ...]) -> bool:
+    """argparse refused the command line (``vllm serve: error: unrecognized arguments: …``,
+    ``launch_server.py: error: argument --x: invalid choice: …``; exit status 2): the
+    engine never started, the boot failed."""
+    if rx[0].match(line.text) is None:
+        return True
+    proof = excerpt(line)
+    state.note_cause(classify(line.text), line.text, proof)
+    state.mark_fatal(proof)
+    return True
+
+
+_HTTP_2XX = '"(GET|POST|PUT|PATCH|DELETE|HEAD) [^ "]+ HTTP/[0-9.]+" 2[0-9][0-9]'
+
+
+def served(state: EngineState, line: LogLine, rx: tuple[re.Pattern[str], ...]) -> bool:
+    """An access-log line with a 2xx status: the server answered a request, so it is up
+    even where its own ready line is missing from the log."""
+    if state.ready is None and rx[0].search(line.msg) is not None:
+        state.mark_ready(excerpt(line))
+    return True
+
+
+#: Rules every Python engine (vLLM, SGLang) shares beyond the exception rules: argparse's
+#: refusal of the command line, and uvicorn's access log proving the server answers.
+PYTHON_SERVER_RULES: tuple[Rule, ...] = (
+    Rule(": error: ", ("^(vllm( [a-z-]+)?|[A-Za-z0-9_.-]+[.]py): error: ",), cli_error, BOOT),
+    Rule('" 2', (_HTTP_2XX,), served, BOOT),
 )

@@ -107,6 +107,8 @@ class EngineState:
         self.fatal: Evidence | None = None
         self.ready_before_failure = False
         self.shutdown = False
+        self.stopped: Evidence | None = None
+        """The line that shows an operator's stop, if any."""
         self.offline = False
         self.causes: list[FailureCandidate] = []
         # Once serving, request errors come and go; only recent ones can explain a death.
@@ -160,6 +162,22 @@ class EngineState:
     def mark_shutdown(self) -> None:
         """An operator stopped the engine: errors printed while it winds down are noise."""
         self.shutdown = True
+
+    def mark_stopped(self, proof: Evidence, since_line: int | None = None) -> None:
+        """An operator's stop (Ctrl-C, SIGINT, SIGTERM) proven by ``proof``.
+
+        It is no failure: after ready the outcome stays ``ready``; before ready the boot is
+        ``incomplete`` (it never got to serve, and nothing in it failed). A fatal mark made
+        from ``since_line`` on belongs to the stop itself (the traceback a KeyboardInterrupt
+        prints, whose top frame marked the process as exiting) and is withdrawn; a failure
+        before it stands."""
+        self.shutdown = True
+        if self.stopped is None:
+            self.stopped = proof
+        fatal = self.fatal
+        if fatal is not None and since_line is not None and fatal.line >= since_line:
+            self.fatal = None
+            self.ready_before_failure = False
 
     def note_cause(self, cls: FailureClass, reason: str, proof: Evidence) -> None:
         """Remember a line that may explain a failure (the best one is reported)."""

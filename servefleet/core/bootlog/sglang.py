@@ -14,7 +14,7 @@ from typing import Any
 
 from servefleet.core.bootlog.lines import LogLine
 from servefleet.core.bootlog.model import SglangExtra
-from servefleet.core.bootlog.python_errors import PYTHON_ERROR_RULES
+from servefleet.core.bootlog.python_errors import PYTHON_ERROR_RULES, PYTHON_SERVER_RULES
 from servefleet.core.bootlog.rules import ALWAYS, BOOT, EngineState, Rule, excerpt
 
 Rx = tuple[re.Pattern[str], ...]
@@ -103,18 +103,21 @@ def _default_backend(st: SglangState, line: LogLine, rx: Rx) -> bool:
 
 
 def _load_end(st: SglangState, line: LogLine, rx: Rx) -> bool:
+    # Older SGLang prints no ``elapsed=`` (``Load weight end. type=Qwen2ForCausalLM,
+    # dtype=torch.bfloat16, avail mem=8.37 GB``): the architecture is still stated.
     msg = line.msg
     elapsed = rx[0].search(msg)
-    if elapsed is None:
+    arch = rx[1].search(msg)
+    if elapsed is None and arch is None:
         return False
     if not st.same_rank(line):
         return True
     st.loads += 1
     proof = excerpt(line)
-    arch = rx[1].search(msg)
     mem = rx[2].search(msg)
     if st.loads == 1:
-        st.first("weights_load_seconds", float(elapsed.group(1)), proof)
+        if elapsed is not None:
+            st.first("weights_load_seconds", float(elapsed.group(1)), proof)
         if arch is not None:
             st.first("architecture", arch.group(1), proof)
         if mem is not None:
@@ -212,9 +215,19 @@ def _died_silently(st: SglangState, line: LogLine, _rx: Rx) -> bool:
     return True
 
 
-def _sigterm(st: SglangState, _line: LogLine, _rx: Rx) -> bool:
+def _sigterm(st: SglangState, line: LogLine, _rx: Rx) -> bool:
     st.sigterm = True
-    st.mark_shutdown()
+    st.mark_stopped(excerpt(line))
+    return True
+
+
+def _architectures(st: SglangState, line: LogLine, rx: Rx) -> bool:
+    """``hf_config.architectures=['Qwen3ForCausalLM']`` and config dumps naming the model's
+    architectures: the first named is the model's."""
+    m = rx[0].search(line.msg)
+    if m is None:
+        return False
+    st.first("architecture", m.group(1), excerpt(line, m.start(1), m.end(1)))
     return True
 
 
@@ -237,6 +250,7 @@ RULES: tuple[Rule, ...] = (
     Rule("Load weight end.",
          ("elapsed=([0-9.]+) s", "type=([A-Za-z0-9_]+)", "mem usage=([0-9.]+) GB"),
          _load_end),
+    Rule("architectures=[", ("architectures=\\[['\"]([A-Za-z0-9_]+)['\"]",), _architectures),
     Rule("KV Cache is allocated.", ("#tokens: ([0-9]+)", "dtype: ([A-Za-z0-9_.]+),"), _pool),
     Rule("Using KV cache dtype: ", ("Using KV cache dtype: ([A-Za-z0-9_.]+)",), _kv_dtype),
     Rule("max_total_num_tokens=",
@@ -255,5 +269,6 @@ RULES: tuple[Rule, ...] = (
          _died_silently, BOOT),
     Rule("SIGTERM received", ("SIGTERM received",), _sigterm, ALWAYS),
     Rule("Shutting down", ("Shutting down",), _shutdown, ALWAYS),
+    *PYTHON_SERVER_RULES,
     *PYTHON_ERROR_RULES,
 )

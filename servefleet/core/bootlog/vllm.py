@@ -22,7 +22,11 @@ from typing import Any
 
 from servefleet.core.bootlog.lines import LogLine
 from servefleet.core.bootlog.model import SpecDecodeMetrics, VllmExtra
-from servefleet.core.bootlog.python_errors import PYTHON_ERROR_RULES, exception_line
+from servefleet.core.bootlog.python_errors import (
+    PYTHON_ERROR_RULES,
+    PYTHON_SERVER_RULES,
+    exception_line,
+)
 from servefleet.core.bootlog.rules import (
     ALWAYS,
     BOOT,
@@ -527,8 +531,18 @@ def _shutdown(st: VllmState, _line: LogLine, _rx: Rx) -> bool:
     return True
 
 
-def _signal(st: VllmState, _line: LogLine, _rx: Rx) -> bool:
-    st.mark_shutdown()
+def _signal(st: VllmState, line: LogLine, _rx: Rx) -> bool:
+    st.mark_stopped(excerpt(line))
+    return True
+
+
+def _headless(st: VllmState, line: LogLine, rx: Rx) -> bool:
+    """A headless rank's launch line (``Launching vLLM (v0.26.0) headless multiproc
+    executor, with head node address …``): the only version statement a worker prints."""
+    m = rx[0].search(line.msg)
+    if m is None:
+        return False
+    st.set_version(m.group(1), 2, line, m.start(1), m.end(1))
     return True
 
 
@@ -606,6 +620,8 @@ RULES: tuple[Rule, ...] = (
     Rule("upported_tasks: ", ("Supported_tasks: ",), _supported_tasks),
     Rule("upported tasks: ", ("Supported tasks: ",), _supported_tasks),
     Rule("Starting vLLM ", ("Starting vLLM (API )?server",), _server),
+    Rule("headless multiproc executor",
+         (f"Launching vLLM \\(v{_VERSION}\\) headless multiproc executor",), _headless),
     # Engine-core messages: "EngineCore failed to start." (boot), "EngineCore encountered a
     # fatal error." (0.9+ serving), "EngineCore hit an exception: Traceback ..." (<= 0.8).
     # One anchor on the header's end finds them all.
@@ -624,5 +640,6 @@ RULES: tuple[Rule, ...] = (
     # scanner does not look for "Error" while serving).
     Rule("Workspace is locked", ("Workspace is locked but allocation from",), exception_line,
          ALWAYS),
+    *PYTHON_SERVER_RULES,
     *PYTHON_ERROR_RULES,
 )

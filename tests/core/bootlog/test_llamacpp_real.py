@@ -49,7 +49,7 @@ CASES: dict[str, dict[str, Any]] = {
         "reason_has": "failed to open GGUF file '/tmp/m/missing.gguf' (No such file or "
                       "directory)"},
     "llamacpp-real-gpu/gpu-bad-flag.log": {
-        "outcome": "failed", "failure_class": "other", "proof_lines": [1],
+        "outcome": "failed", "failure_class": "invalid_arguments", "proof_lines": [1],
         "reason_has": "error: invalid argument: --no-such-flag"},
     "llamacpp-real-cpu/cpu-default.log": {
         "outcome": "ready", "n_parallel": 4, "n_ctx_seq": 256, **UNSTATED},
@@ -67,7 +67,7 @@ CASES: dict[str, dict[str, Any]] = {
         "device_name": None, "gpu_layers_offloaded": None, "flash_attn": True,
         "flash_attn_setting": "auto -> enabled", "engine_version": BUILD},
     "llamacpp-real-cpu/cpu-bad-flag.log": {
-        "outcome": "failed", "failure_class": "other", "proof_lines": [1],
+        "outcome": "failed", "failure_class": "invalid_arguments", "proof_lines": [1],
         "reason_has": "error: invalid argument: --no-such-flag"},
     "llamacpp-real-cpu/cpu-missing-model.log": {
         "outcome": "failed", "failure_class": "model_load_failed", "proof_lines": [6, 5, 15],
