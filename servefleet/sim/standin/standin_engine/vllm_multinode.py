@@ -37,10 +37,14 @@ CONNECT_RETRY_SECONDS = 0.2
 PEER_GONE_EXIT = 1
 
 
-def _nccl_line(rank: int, peer: int) -> str:
+def _nccl_line(rank: int, peer: int, nranks: int = 2) -> str:
+    """NCCL 2.2x's channel line, as a real multi-node vLLM printed it (``toolbox:22126:22126
+    [0] NCCL INFO Channel 01/0 : 0[0] -> 1[0] [send] via NET/IB/0 comm 0x2035d540 nRanks
+    02``, tests/core/bootlog/data/public-logs), over a socket instead of RDMA."""
     host = socket.gethostname()
     return (f"{host}:{os.getpid()}:{os.getpid()} [0] NCCL INFO Channel 00/0 : {rank}[0] -> "
-            f"{peer}[0] [send] via NET/Socket/0")
+            f"{peer}[0] [send] via NET/Socket/0 comm 0x{id(host) & 0xffffffff:x} "
+            f"nRanks {nranks:02d}")
 
 
 def run_worker(args: argparse.Namespace, version: str, log: VllmLog, faults: Faults,
