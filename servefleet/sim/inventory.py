@@ -161,6 +161,10 @@ def node_document(spec: NodeSpec, node: NodeLayout, *, client_key: Path, host_ke
             "memory_gib": spec.gpu.memory_gib,
             "unified_memory": spec.gpu.unified_memory,
             "compute_capability": spec.gpu.compute_capability,
+            **{key: value for key, value in (
+                ("cuda_memory_gib", spec.gpu.cuda_memory_gib),
+                ("boot_free_gib", spec.gpu.boot_free_gib),
+                ("memory_source", spec.gpu.memory_source)) if value is not None},
         }],
         "host_memory_gib": spec.host_memory_gib,
         "driver_version": spec.driver_version,

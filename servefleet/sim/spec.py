@@ -35,6 +35,13 @@ class SimGpu(BaseModel):
     """CPU and GPU share one memory pool (GB10)."""
     compute_capability: str
     """``major.minor``, e.g. ``12.1``."""
+    cuda_memory_gib: float | None = None
+    """Memory as CUDA reports it on the real GPU (written to the inventory, so plans size
+    as on the real node)."""
+    boot_free_gib: float | None = None
+    """The most the real node frees at boot (written to the inventory)."""
+    memory_source: str | None = None
+    """Where the two figures above come from."""
 
 
 class NodeSpec(BaseModel):
@@ -80,10 +87,13 @@ class NodeSpec(BaseModel):
         return f"10.77.{self.index}.1"
 
 
-GB10 = SimGpu(name="NVIDIA GB10", memory_gib=128, unified_memory=True, compute_capability="12.1")
+GB10 = SimGpu(name="NVIDIA GB10", memory_gib=128, unified_memory=True, compute_capability="12.1",
+              cuda_memory_gib=121.69, boot_free_gib=102.2,
+              memory_source="a real GB10, as nodes/dgx-spark-1.yaml states it")
 """DGX Spark's GPU: Grace Blackwell, 128 GiB LPDDR5X shared with the CPU, SM 12.1."""
 RTX_5090 = SimGpu(name="NVIDIA GeForce RTX 5090", memory_gib=32, unified_memory=False,
-                  compute_capability="12.0")
+                  compute_capability="12.0", cuda_memory_gib=31.37,
+                  memory_source="a real RTX 5090, as nodes/rtx5090.yaml states it")
 """GeForce RTX 5090: 32 GiB GDDR7, SM 12.0."""
 
 
