@@ -23,6 +23,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from servefleet.sim.testbed import FleetHandle
+from tests.shared_data import shared_missing
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
@@ -85,7 +86,7 @@ def run_cli() -> Callable[..., Result]:
 def shared_dir() -> Path:
     """``../shared`` (real fixtures); tests that need it skip when it is absent."""
     if not SHARED.is_dir():
-        pytest.skip(f"shared fixtures not found at {SHARED}")
+        shared_missing(f"shared fixtures not found at {SHARED}")
     return SHARED
 
 

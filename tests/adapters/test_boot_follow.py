@@ -18,6 +18,7 @@ from loopback_sshd import LoopbackSshd
 
 from servefleet.adapters.boot_follow import ENGINE_EXITED, follow_boot
 from servefleet.adapters.ssh import SshTransport
+from tests.shared_data import shared_missing
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "boot-logs"
 BOOT_LOG = "vllm-0.20.0-gb10-gemma-4-26b-a4b-it-04.log"
@@ -53,7 +54,7 @@ def _log() -> bytes:
     if not path.is_file():
         if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
             pytest.fail(f"{path} is missing (CI=true: the shared fixtures must be there)")
-        pytest.skip(f"shared boot-log fixture {path} not found")
+        shared_missing(f"shared boot-log fixture {path} not found")
     return path.read_bytes()
 
 

@@ -25,6 +25,7 @@ from servefleet.adapters.gpu_probe import probe_script as script
 from servefleet.adapters.gpu_probe import probe_script_source, run_probe, run_probe_locally
 from servefleet.core import gpu as core
 from servefleet.core.errors import RemoteError
+from tests.shared_data import shared_missing
 
 REPO = Path(__file__).resolve().parents[2]
 NVML_FIXTURES = REPO.parent / "shared" / "fixtures" / "nvml"
@@ -42,7 +43,7 @@ ODD_APPS = "GPU-x, 77, /opt/odd,name/python, [N/A]\nNo running processes found\n
 @pytest.fixture
 def nvml_fixtures() -> Path:
     if not NVML_FIXTURES.is_dir():
-        pytest.skip(f"shared NVML fixtures not found at {NVML_FIXTURES}")
+        shared_missing(f"shared NVML fixtures not found at {NVML_FIXTURES}")
     return NVML_FIXTURES
 
 

@@ -22,6 +22,7 @@ from servefleet.core.baselines import BaselineBook
 from servefleet.core.observed import ObservedContainer
 from servefleet.core.project import Project, load_project
 from servefleet.core.secrets import SecretMask
+from tests.shared_data import shared_missing
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "boot-logs"
@@ -40,7 +41,7 @@ def boot_log() -> list[bytes]:
     if not path.is_file():
         if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
             pytest.fail(f"{path} is missing (CI=true: the shared fixtures must be there)")
-        pytest.skip(f"shared boot-log fixture {path} not found")
+        shared_missing(f"shared boot-log fixture {path} not found")
     return path.read_bytes().splitlines(keepends=True)
 
 

@@ -35,6 +35,7 @@ from servefleet.adapters.rollout import Abort, NodeResult, render_for
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.health_table import HealthRow
 from servefleet.core.project import Project
+from tests.shared_data import shared_missing
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "boot-logs"
@@ -55,7 +56,7 @@ def vllm_log() -> Path:
     if not VLLM_LOG.is_file():
         if os.environ.get("CI") == "true":
             pytest.fail(f"{VLLM_LOG} is missing (CI=true: the shared fixtures must be there)")
-        pytest.skip(f"shared boot-log fixture not found: {VLLM_LOG}")
+        shared_missing(f"shared boot-log fixture not found: {VLLM_LOG}")
     return VLLM_LOG
 
 

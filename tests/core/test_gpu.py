@@ -29,6 +29,7 @@ from servefleet.core.gpu import (
     smi_value,
     version_matches,
 )
+from tests.shared_data import shared_missing
 
 REPO = Path(__file__).resolve().parents[2]
 NVML_FIXTURES = REPO.parent / "shared" / "fixtures" / "nvml"
@@ -51,7 +52,7 @@ RTX5090_QUERY_GPU = (
 @pytest.fixture
 def nvml_fixtures() -> Path:
     if not NVML_FIXTURES.is_dir():
-        pytest.skip(f"shared NVML fixtures not found at {NVML_FIXTURES}")
+        shared_missing(f"shared NVML fixtures not found at {NVML_FIXTURES}")
     return NVML_FIXTURES
 
 

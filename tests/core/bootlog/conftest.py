@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.shared_data import shared_missing
+
 REPO = Path(__file__).resolve().parents[3]
 SKIP_REASON = ("shared boot-log fixtures not found (../shared/fixtures/boot-logs or "
                "$SERVEFLEET_FIXTURES)")
@@ -39,7 +41,7 @@ def logs_dir() -> Path:
     """The real boot logs; skips when the shared fixtures are not checked out."""
     found = boot_logs_dir()
     if found is None:
-        pytest.skip(SKIP_REASON)
+        shared_missing(SKIP_REASON)
     return found
 
 
@@ -49,15 +51,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     folder = boot_logs_dir()
     if folder is None:
-        metafunc.parametrize("manifest_entry", [pytest.param(
-            None, id="no-fixtures", marks=pytest.mark.skip(reason=SKIP_REASON))])
+        metafunc.parametrize("manifest_entry", [pytest.param(None, id="no-fixtures")],
+                             indirect=True)
         return
     entries: list[dict[str, Any]] = json.loads(
         (folder / "MANIFEST.json").read_text(encoding="utf-8"))["logs"]
     metafunc.parametrize("manifest_entry", [
         pytest.param({**entry, "path": folder / entry["file"]}, id=entry["file"])
         for entry in entries
-    ])
+    ], indirect=True)
+
+
+@pytest.fixture
+def manifest_entry(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """One MANIFEST.json entry; without the shared fixtures, fails (CI) or skips."""
+    if request.param is None:
+        shared_missing(SKIP_REASON)
+    entry: dict[str, Any] = request.param
+    return entry
 
 
 class Lines:
