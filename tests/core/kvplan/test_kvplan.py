@@ -17,11 +17,6 @@ CONFIG = "models/qwen3.6-35b-a3b.config.json"
 SHA = "a24b96956f06a5055ab1e73006159adfe90cb8d6fb02f33459166f6ed8a40879"
 
 
-@pytest.fixture(scope="module")
-def qwen36():
-    return load_pinned(ROOT / "profiles", CONFIG, SHA)
-
-
 def test_pinned_config_gives_the_hybrid_layout(qwen36):
     assert (qwen36.full_attention_layers, qwen36.linear_layers) == (10, 30)
     assert (qwen36.num_kv_heads, qwen36.head_dim, qwen36.mtp_layers) == (2, 256, 1)

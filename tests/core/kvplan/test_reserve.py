@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from servefleet.core.kvplan import load_pinned
 from servefleet.core.kvplan.accuracy import (
     MTP_DELTA_TOLERANCE,
     ROWS,
@@ -24,13 +23,6 @@ from servefleet.core.kvplan.reserve import (
 from servefleet.core.project import load_profiles
 
 ROOT = Path(__file__).resolve().parents[3]
-CONFIG = "models/qwen3.6-35b-a3b.config.json"
-SHA = "a24b96956f06a5055ab1e73006159adfe90cb8d6fb02f33459166f6ed8a40879"
-
-
-@pytest.fixture(scope="module")
-def qwen36():
-    return load_pinned(ROOT / "profiles", CONFIG, SHA)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.source.split(":")[0][:60])
