@@ -38,10 +38,10 @@ STANDIN_DIR = Path(__file__).with_name("standin")
 NVIDIA_SMI = Path(__file__).with_name("nvidia_smi.py")
 # Starting a node is mostly waiting on sshd and dockerd; more threads than cores is fine.
 MAX_PARALLEL = 8
-NODE_RECIPE = 3
+NODE_RECIPE = 4
 """Bump when nodes are set up differently: running nodes of an older recipe are restarted
 (2: sshd in a UTS namespace of its own, with the node's host name; 3: nodes route to each
-other through the host)."""
+other through the host; 4: a models_dir, mounted at /models as on a real node)."""
 
 
 def quiet(_: str) -> None:
