@@ -362,3 +362,16 @@ def test_the_probe_script_says_why_cuda_memory_was_not_read() -> None:
         pytest.skip("this machine has a CUDA driver")
     assert any(e.startswith("CUDA memory not read: libcuda.so.1 not loadable")
                for e in result.errors)
+
+
+def test_the_recorded_h100_cuda_reading_is_what_vllm_sized_against() -> None:
+    result = parse_probe_json((RECORDED / "h100-probe-cuda.json").read_text())
+    assert result.cuda_memory is not None
+    (reading,) = result.cuda_memory
+    # vLLM 0.26.0 on an H100: "Free memory on device (78.66/79.18 GiB) on startup"
+    assert round(reading.total_bytes / GIB, 2) == 79.18
+    assert round((result.gpus[0].memory_total_bytes or 0) / GIB, 2) == 79.65  # NVML's
+    expected = ExpectedGpuFacts(gpus=(ExpectedGpu(name="NVIDIA H100", memory_gib=80,
+                                                  compute_capability="9.0"),))
+    (mismatch,) = compare_with_inventory(result, expected)
+    assert "set cuda_memory_gib: 79.18" in mismatch.message
