@@ -39,3 +39,12 @@ def test_the_headless_launch_line_has_the_real_shape_and_gives_the_version() -> 
     generic = re.compile(r"\(v[^)]*\)")
     assert _shape(generic.sub("(vX)", ours)) == _shape(generic.sub("(vX)", real))
     assert parse_text(ours + "\n").engine_version == "0.26.0"
+
+
+def test_the_launch_line_matches_the_real_gpu_worker_too() -> None:
+    real_dir = PUBLIC.parent / "vllm-gpu-real"
+    lines = (real_dir / "h200x2-tp2-worker.log").read_text().splitlines()
+    launch = next(i for i, line in enumerate(lines) if "headless multiproc executor" in line)
+    inferred = next(i for i, line in enumerate(lines) if "Inferred data_parallel_rank" in line)
+    assert inferred < launch
+    assert lines[inferred].endswith("Inferred data_parallel_rank 0 from node_rank 1")

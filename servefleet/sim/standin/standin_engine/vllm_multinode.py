@@ -58,6 +58,9 @@ def run_worker(args: argparse.Namespace, version: str, log: VllmLog, faults: Fau
             time.sleep(3600)
     # Logged by the headless main process itself: no (APIServer)/(EngineCore) prefix.
     stamp = time.strftime("%m-%d %H:%M:%S", time.localtime())
+    # A real 0.26.0 worker prints this first (tests/core/bootlog/data/vllm-gpu-real).
+    log.write_raw(f"INFO {stamp} [arg_utils.py:2056] Inferred data_parallel_rank 0 from "
+                  f"node_rank {rank}\n")
     log.write_raw(f"INFO {stamp} [{JOIN_SITE}] Launching vLLM (v{version}) headless "
                   f"multiproc executor, with head node address {addr}:{port} for "
                   "torch.distributed process group.\n")
