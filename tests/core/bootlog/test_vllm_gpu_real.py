@@ -74,3 +74,33 @@ def test_the_max_model_len_refusal_quotes_vllms_reason() -> None:
     facts = parse_file(DATA / "h200-max-model-len-over.log")
     assert "User-specified max_model_len (1048576) is greater than the derived " \
         "max_model_len" in (facts.failure_reason or "")
+
+
+@pytest.mark.parametrize(("log", "vllm", "mode", "backend"), [
+    ("h100-default.log", {}, "FULL_AND_PIECEWISE", "FLASH_ATTN"),
+    ("h100-eager.log", {"enforce_eager": True}, "NONE", "FLASH_ATTN"),
+    ("h100-spec-ngram.log", {"speculative": {"method": "ngram", "num_speculative_tokens": 2}},
+     "FULL_AND_PIECEWISE", "FLASH_ATTN"),
+    ("h200-kv-fp8.log", {"kv_cache_dtype": "fp8"}, "FULL_AND_PIECEWISE", "FLASH_ATTN"),
+])
+def test_the_expected_gpu_facts_are_what_the_real_gpu_printed(log: str, vllm: dict[str, object],
+                                                              mode: str, backend: str) -> None:
+    """What servefleet expects of a Hopper boot (graph mode, attention backend) — the facts
+    a simulated node cannot show — against the real boot."""
+    from servefleet.core.expectations import derive_expectations
+    from servefleet.core.models import Node, Profile
+    from servefleet.core.project import load_profiles
+
+    shipped = load_profiles(Path(__file__).resolve().parents[3])[0]["qwen36-w8a16"]
+    data = shipped.model_dump(exclude_none=True)
+    data.update(engine_version="0.26.0",
+                vllm={**data["vllm"], "kv_cache_dtype": "auto", **vllm})
+    profile = Profile.model_validate(data)
+    node = Node.model_validate({
+        "name": "h100", "address": "h100.lan", "ssh": {"agent": True}, "arch": "x86_64",
+        "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 80,
+                  "compute_capability": "9.0"}]})
+    expected = derive_expectations(profile, node)
+    facts = parse_file(DATA / log)
+    assert (expected.cudagraph_mode, expected.attention_backend) == (mode, backend)
+    assert (facts.cudagraph_mode, facts.attention_backend) == (mode, backend)
