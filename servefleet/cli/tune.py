@@ -55,7 +55,7 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
     cpu = sim_engine_for(profile, node)
     if cpu is not None and cpu.device == "cpu":
         click.echo(_cpu_overlay(profile, node_name, cpu.version, target_kv_tokens,
-                                target_concurrency), nl=False)
+                                target_concurrency, cpu.fp8_kv_cache), nl=False)
         return
     facts = facts_for_profile(obj.project_dir / PROFILES_DIR, profile)
     if facts is None:
@@ -104,7 +104,7 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
 
 
 def _cpu_overlay(profile: Profile, node_name: str, version: str, tokens: int | None,
-                 concurrency: float | None) -> str:
+                 concurrency: float | None, fp8_kv: bool = True) -> str:
     """The overlay for a simulated node's CPU build: the least ``--kv-cache-memory-bytes``
     (whole MiB) whose pool on the tiny twin reaches the target."""
     import yaml
@@ -117,15 +117,16 @@ def _cpu_overlay(profile: Profile, node_name: str, version: str, tokens: int | N
     assert profile.vllm is not None
     facts = facts_from_config(CONFIG, "the tiny twin (sim/engines/tiny_qwen3_moe.py)")
     engine = tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
-    kv_bytes = solve_kv_bytes(facts, profile, engine, tokens=tokens, concurrency=concurrency)
-    pool = cpu_pool(facts, profile, engine, kv_bytes)
+    kv_bytes = solve_kv_bytes(facts, profile, engine, tokens=tokens, concurrency=concurrency,
+                              fp8_kv=fp8_kv)
+    pool = cpu_pool(facts, profile, engine, kv_bytes, fp8_kv)
     args = [a for a in profile.vllm.extra_args if a.partition("=")[0] != KV_BYTES_FLAG]
     lines = [
         f"# {profile.name} on {node_name}: the CPU build of vLLM {version} on {facts.source}",
         f"# tuned: KV pool {pool.kv_cache_tokens:,} tokens, concurrency at "
         f"{pool.max_model_len:,} {pool.max_concurrency:.1f}x from {kv_bytes:,} bytes "
         f"({kv_bytes / GIB:.2f} GiB) of KV space; exact (CPU build: the pool is the space)",
-        f"# layout: {cpu_layout(facts, profile, engine).describe()}",
+        f"# layout: {cpu_layout(facts, profile, engine, fp8_kv).describe()}",
     ]
     overlay = {"extends": profile.name,
                "description": f"{profile.name} tuned for {node_name} by servefleet tune",

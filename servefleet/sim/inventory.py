@@ -112,6 +112,7 @@ def sim_engines_document(installs: dict[str, EngineInstall]) -> dict[str, Any]:
             "version": install.version,
             "device": "cpu",
             "unshown": sorted(cpu_twin.UNSHOWN.get(name, {})),
+            "fp8_kv_cache": name != "vllm" or cpu_twin.fp8_kv_cache_here(),
             "why": (f"the real {name} {install.version} (CPU build, mounted at "
                     f"{ENGINE_MOUNT}) serves a tiny twin of the profile's model; every flag "
                     "it changes is listed at the top of the boot log "

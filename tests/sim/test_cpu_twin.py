@@ -19,7 +19,7 @@ FP8 = ["Qwen/Qwen3.6-35B-A3B-FP8", "--served-model-name", "qwen36", "--port", "8
 
 
 def test_vllm_gpu_flags_become_cpu_flags() -> None:
-    args, notes = cpu_twin.rewrite("vllm", FP8, TWIN)
+    args, notes = cpu_twin.rewrite("vllm", FP8, TWIN, fp8_kv=True)
     assert args == [TWIN, "--served-model-name", "qwen36", "--port", "8000",
                     "--kv-cache-dtype", "fp8_e4m3", "--enable-prefix-caching",
                     "--speculative-config",
@@ -29,6 +29,23 @@ def test_vllm_gpu_flags_become_cpu_flags() -> None:
     assert len(notes) == 5
     assert any(n.startswith("--attention-backend FLASHINFER dropped: ") for n in notes)
     assert any("qwen3_next_mtp" in n and "ngram" in n for n in notes)
+
+
+def test_an_fp8_kv_cache_becomes_the_model_dtype_where_the_cpu_cannot_keep_it() -> None:
+    args, notes = cpu_twin.rewrite("vllm", FP8, TWIN, fp8_kv=False)
+    assert args[args.index("--kv-cache-dtype") + 1] == "auto"
+    assert any(n.startswith("--kv-cache-dtype fp8_e4m3 → auto: vLLM's CPU build keeps an FP8 "
+                            "KV cache only on x86 with AVX-512 or AMX") for n in notes)
+    other = ["m", "--kv-cache-dtype", "turboquant_4bit_nc"]
+    kept = cpu_twin.rewrite("vllm", other, TWIN, fp8_kv=False)[0]
+    assert kept[kept.index("--kv-cache-dtype") + 1] == "turboquant_4bit_nc"
+
+
+def test_fp8_kv_cache_needs_avx512_or_amx_in_the_cpu_flags() -> None:
+    assert cpu_twin.fp8_kv_cache_here("flags\t\t: fpu sse2 avx2 avx512f avx512bw\n")
+    assert cpu_twin.fp8_kv_cache_here("flags\t\t: fpu avx2 amx_tile amx_bf16\n")
+    assert not cpu_twin.fp8_kv_cache_here("flags\t\t: fpu sse2 avx avx2 fma\n")
+    assert not cpu_twin.fp8_kv_cache_here("Features\t: fp asimd\n")  # aarch64
 
 
 def test_served_name_defaults_to_the_profiles_model_id() -> None:

@@ -38,10 +38,13 @@ def explicit_kv_bytes(profile: Profile) -> int | None:
     return found
 
 
-def cpu_layout(facts: ModelFacts, profile: Profile, version: tuple[int, ...]) -> PoolLayout:
-    """The pool layout of ``profile``'s flags on the CPU build."""
+def cpu_layout(facts: ModelFacts, profile: Profile, version: tuple[int, ...],
+               fp8_kv: bool = True) -> PoolLayout:
+    """The pool layout of ``profile``'s flags on the CPU build (``fp8_kv``: the machine
+    keeps an FP8 KV cache; without AVX-512 or AMX it keeps the model dtype)."""
     assert profile.vllm is not None
-    dtype = CPU_KV_DTYPES.get(profile.vllm.kv_cache_dtype or "auto", "auto")
+    dtype = CPU_KV_DTYPES.get(profile.vllm.kv_cache_dtype or "auto", "auto") if fp8_kv \
+        else "auto"
     return layout(facts, kv_dtype=dtype, version=version, dense_block_size=CPU_BLOCK_SIZE,
                   prefix_caching=bool(profile.vllm.enable_prefix_caching))
 
@@ -65,17 +68,18 @@ def max_len(facts: ModelFacts, profile: Profile) -> int:
 
 
 def cpu_pool(facts: ModelFacts, profile: Profile, version: tuple[int, ...],
-             kv_bytes: int) -> PoolFigures:
+             kv_bytes: int, fp8_kv: bool = True) -> PoolFigures:
     """What the CPU build prints for ``kv_bytes`` of KV space."""
-    return figures(cpu_layout(facts, profile, version), kv_bytes, max_len(facts, profile),
-                   version)
+    return figures(cpu_layout(facts, profile, version, fp8_kv), kv_bytes,
+                   max_len(facts, profile), version)
 
 
 def solve_kv_bytes(facts: ModelFacts, profile: Profile, version: tuple[int, ...], *,
-                   tokens: int | None = None, concurrency: float | None = None) -> int:
+                   tokens: int | None = None, concurrency: float | None = None,
+                   fp8_kv: bool = True) -> int:
     """The least KV space (whole MiB, so the flag reads well) whose CPU pool reaches
     ``tokens`` (as printed) or ``concurrency``."""
-    lay = cpu_layout(facts, profile, version)
+    lay = cpu_layout(facts, profile, version, fp8_kv)
     need = bytes_for(lay, max_model_len=max_len(facts, profile), version=version,
                      tokens=tokens, concurrency=concurrency)
     mib = 1024 * 1024

@@ -147,6 +147,10 @@ class SimEngine(StrictModel):
     """Boot facts it cannot show; the health gate and drift do not expect them."""
     why: SingleLine
     """One line for the health notes: what runs instead and why."""
+    fp8_kv_cache: bool = True
+    """The CPU build keeps an FP8 KV cache on this machine (x86 with AVX-512 or AMX); where
+    it cannot, the node's engine runs an FP8 profile with the model dtype's KV cache
+    (``servefleet/sim/engines/cpu_twin.py`` says so in the boot log)."""
 
 
 class SimSettings(StrictModel):

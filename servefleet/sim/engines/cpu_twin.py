@@ -42,6 +42,8 @@ class Rewrite:
     value: str | None = None
     keep: tuple[str, ...] = ()
     """Values left as they are (``auto`` for a KV dtype)."""
+    only: tuple[str, ...] = ()
+    """If given, the only values the rule changes (others are left as they are)."""
 
 
 VLLM_REWRITES: tuple[Rewrite, ...] = (
@@ -88,6 +90,32 @@ LLAMACPP_REWRITES: tuple[Rewrite, ...] = (
             "the profile's GGUF is tens of GiB; the tiny twin is a random model of the same "
             "architecture (qwen35moe) written by llama.cpp's test-llama-archs"),
 )
+FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+FP8_KV_REWRITE = Rewrite(
+    ("--kv-cache-dtype",), "set",
+    "vLLM's CPU build keeps an FP8 KV cache only on x86 with AVX-512 or AMX "
+    "(NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX), which this "
+    "machine's CPU lacks: the pool is the model dtype's, twice the bytes a token",
+    value="auto", only=FP8_KV_DTYPES)
+"""Applied only where the host CPU cannot keep an FP8 KV cache (:func:`fp8_kv_cache_here`)."""
+
+
+def fp8_kv_cache_here(cpuinfo: str | None = None) -> bool:
+    """Whether vLLM's CPU build can keep an FP8 KV cache on this machine: x86 with AVX-512
+    (``avx512f``) or AMX (``amx_tile``) in ``/proc/cpuinfo``'s flags."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+                cpuinfo = handle.read()
+        except OSError:
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return bool(flags & {"avx512f", "amx_tile"})
+
+
 KV_BYTES_FLAG = "--kv-cache-memory-bytes"
 REWRITES = {"vllm": VLLM_REWRITES, "llama.cpp": LLAMACPP_REWRITES}
 ADDED = {"vllm": VLLM_ADDED, "llama.cpp": LLAMACPP_ADDED}
@@ -135,10 +163,16 @@ def _ngram(value: str) -> str:
                       separators=(",", ":"))
 
 
-def rewrite(engine: str, args: list[str], model: str) -> tuple[list[str], list[str]]:
+def rewrite(engine: str, args: list[str], model: str,
+            fp8_kv: bool | None = None) -> tuple[list[str], list[str]]:
     """``args`` (a profile's engine command) as the CPU engine takes it, and one note per
-    change. ``model`` is the tiny twin's path inside the container."""
+    change. ``model`` is the tiny twin's path inside the container; ``fp8_kv``: whether the
+    machine keeps an FP8 KV cache (None: read from ``/proc/cpuinfo``)."""
     table = {flag: rule for rule in REWRITES.get(engine, ()) for flag in rule.flags}
+    if fp8_kv is None:
+        fp8_kv = fp8_kv_cache_here()
+    if engine == "vllm" and not fp8_kv:
+        table.update({flag: FP8_KV_REWRITE for flag in FP8_KV_REWRITE.flags})
     out: list[str] = []
     notes: list[str] = []
     index = 0
@@ -157,7 +191,8 @@ def rewrite(engine: str, args: list[str], model: str) -> tuple[list[str], list[s
             not args[index + 1].startswith("--")
         value = inline if inline is not None else (args[index + 1] if takes_value else None)
         step = 1 if inline is not None or not takes_value else 2
-        if rule is None or (value is not None and value in rule.keep):
+        if rule is None or (value is not None and value in rule.keep) or (
+                rule.only and value not in rule.only):
             out += args[index:index + step]
         elif rule.action == "drop":
             notes.append(f"{flag} {value or ''} dropped: {rule.why}".replace("  ", " "))
