@@ -106,13 +106,22 @@ def real_engine_facts(installs: dict[str, EngineInstall]) -> dict[str, dict[str,
 
 def sim_engines_document(installs: dict[str, EngineInstall]) -> dict[str, Any]:
     """The inventory's ``sim.engines``: what really runs and which boot facts it cannot
-    show (``servefleet.core.models.inventory.SimEngine``)."""
+    show (``servefleet.core.models.inventory.SimEngine``). Where this machine's CPU cannot
+    keep vLLM's FP8 KV cache, the KV dtype is one of them (the twin runs the model dtype)."""
+    fp8 = cpu_twin.fp8_kv_cache_here()
+
+    def unshown(name: str) -> list[str]:
+        facts = set(cpu_twin.UNSHOWN.get(name, {}))
+        if name == "vllm" and not fp8:
+            facts.add("kv_cache_dtype")
+        return sorted(facts)
+
     return {
         name: {
             "version": install.version,
             "device": "cpu",
-            "unshown": sorted(cpu_twin.UNSHOWN.get(name, {})),
-            "fp8_kv_cache": name != "vllm" or cpu_twin.fp8_kv_cache_here(),
+            "unshown": unshown(name),
+            "fp8_kv_cache": name != "vllm" or fp8,
             "why": (f"the real {name} {install.version} (CPU build, mounted at "
                     f"{ENGINE_MOUNT}) serves a tiny twin of the profile's model; every flag "
                     "it changes is listed at the top of the boot log "
