@@ -14,7 +14,7 @@ import pytest
 from servefleet.core.errors import RenderError
 from servefleet.core.render.templating import render_override
 from servefleet.sim import inventory
-from servefleet.sim.engines import EngineInstall
+from servefleet.sim.engines import EngineInstall, cpu_twin
 from servefleet.sim.layout import SimLayout
 from servefleet.sim.spec import reference_fleet
 
@@ -182,6 +182,10 @@ def test_inventory_lists_what_the_real_engine_cannot_show() -> None:
                                        override=Path("/o.j2"), installs={"vllm": VLLM_CPU})
     engine = document["sim"]["engines"]["vllm"]
     assert engine["version"] == "0.32.0"
-    assert engine["unshown"] == ["attention_backend", "cudagraph_mode", "kv_smaller_than",
-                                "predicted_kv_cache_tokens"]
+    # Where this machine's CPU cannot keep vLLM's FP8 KV cache, the KV dtype is unshown too.
+    fp8 = cpu_twin.fp8_kv_cache_here()
+    assert engine["fp8_kv_cache"] is fp8
+    assert engine["unshown"] == sorted(["attention_backend", "cudagraph_mode", "kv_smaller_than",
+                                        "predicted_kv_cache_tokens",
+                                        *([] if fp8 else ["kv_cache_dtype"])])
     assert "cpu_twin.py" in engine["why"]
