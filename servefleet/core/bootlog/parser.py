@@ -288,8 +288,6 @@ class BootLogParser:
                     return
                 # A weak sign and no strong one in MAX_PENDING candidate lines: decide.
                 engine = self._weak
-                self._pending.append(LogLine(raw[:PENDING_TEXT], lineno))
-                line = self._pending.pop()
             self._start_with_pending(engine)
             found = None  # found with the union of all anchors
         self._dispatch(line, block, end, hi, inspect, found)
