@@ -34,7 +34,7 @@ from servefleet.core.lockinfo import LockInfo
 from servefleet.core.observed import ObservedDeployment
 from servefleet.core.render import FlagDiff, RenderedRelease, diff_flags
 from servefleet.core.render.engine_args import MODEL_FLAG
-from servefleet.core.render.release import ENV_FILE
+from servefleet.core.render.layout import ENV_FILE
 
 Action = Literal["unchanged", "update", "create"]
 

@@ -23,13 +23,12 @@ from pathlib import Path
 from servefleet.core.errors import RenderError
 from servefleet.core.models import Deployment, MultiNodeDeployment, Node
 from servefleet.core.project import Project
+from servefleet.core.render.inputs import RankExtras, prepare_inputs
+from servefleet.core.render.layout import LABEL_PREFIX
 from servefleet.core.render.release import (
-    LABEL_PREFIX,
-    RankExtras,
     RenderedRelease,
     assemble_release,
     draft_files,
-    prepare_inputs,
     release_id_of,
 )
 

@@ -1,8 +1,8 @@
 """Model files: what the engine loads must lie in a folder the node mounts into it.
 
 The rendered compose file mounts the node's Hugging Face cache at
-:data:`~servefleet.core.render.release.HF_CACHE_TARGET` and, when the inventory names one,
-its ``models_dir`` read-only at :data:`~servefleet.core.render.release.MODELS_TARGET`. A
+:data:`~servefleet.core.render.layout.HF_CACHE_TARGET` and, when the inventory names one,
+its ``models_dir`` read-only at :data:`~servefleet.core.render.layout.MODELS_TARGET`. A
 GGUF (llama.cpp) outside those is not there at boot: the engine
 fails after the old one was already stopped.
 """
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 
 from servefleet.core.models import Node
-from servefleet.core.render.release import HF_CACHE_TARGET, MODELS_TARGET
+from servefleet.core.render.layout import HF_CACHE_TARGET, MODELS_TARGET
 from servefleet.core.rules.base import Issue, PlacementContext, Severity, placement_rule
 
 WHY = ("servefleet's compose file mounts only the node's hf_cache at "

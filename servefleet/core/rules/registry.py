@@ -6,7 +6,8 @@ from types import ModuleType
 
 from servefleet.core.errors import RenderError
 from servefleet.core.project import CONFIG_NS, Project
-from servefleet.core.render.release import RenderFieldError, render_release
+from servefleet.core.render.inputs import RenderFieldError
+from servefleet.core.render.release import render_release
 from servefleet.core.rules import (
     capabilities,
     flags,

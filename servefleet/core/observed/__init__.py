@@ -1,0 +1,56 @@
+"""Facts read from a node, and the pure parsers of the commands that read them.
+
+Each fact comes from one remote command (built in :mod:`servefleet.adapters.remote`) whose
+output is parsed here, so a parser is tested with plain text: output in, fact out.
+
+* :mod:`~servefleet.core.observed.container`: one container (``docker inspect``).
+* :mod:`~servefleet.core.observed.gate`: the health gate's mark and the ungated-engine rule.
+* :mod:`~servefleet.core.observed.deployment`: a deployment, the node, a release folder.
+* :mod:`~servefleet.core.observed.output`: the observe and releases commands' output.
+* :mod:`~servefleet.core.observed.preflight`: the deploy preflight command's output.
+"""
+
+from servefleet.core.observed.container import (
+    COMPOSE_SERVICE_LABEL,
+    COMPOSE_WORKING_DIR_LABEL,
+    RELEASE_LABEL,
+    RELEASES_DIR,
+    ObservedContainer,
+    ObservedEnvValue,
+    parse_container,
+)
+from servefleet.core.observed.deployment import ObservedDeployment, ObservedNode, ReleaseInfo
+from servefleet.core.observed.gate import GateMiss, gate_miss, parse_gate_mark
+from servefleet.core.observed.output import (
+    END,
+    MANIFEST_FILE,
+    OBSERVE_HEADER,
+    RELEASES_HEADER,
+    parse_observation,
+    parse_releases,
+)
+from servefleet.core.observed.preflight import PreflightFacts, parse_preflight
+
+__all__ = [
+    "COMPOSE_SERVICE_LABEL",
+    "COMPOSE_WORKING_DIR_LABEL",
+    "END",
+    "MANIFEST_FILE",
+    "OBSERVE_HEADER",
+    "RELEASES_DIR",
+    "RELEASES_HEADER",
+    "RELEASE_LABEL",
+    "GateMiss",
+    "ObservedContainer",
+    "ObservedDeployment",
+    "ObservedEnvValue",
+    "ObservedNode",
+    "PreflightFacts",
+    "ReleaseInfo",
+    "gate_miss",
+    "parse_container",
+    "parse_gate_mark",
+    "parse_observation",
+    "parse_preflight",
+    "parse_releases",
+]

@@ -1,0 +1,152 @@
+"""What a node holds: its deployments, its lock and its release folders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from servefleet.core.lockinfo import LockInfo, parse_lock
+from servefleet.core.models.common import StrictModel
+from servefleet.core.observed.container import ObservedContainer
+from servefleet.core.observed.gate import GateMiss, gate_miss
+
+
+class ObservedDeployment(StrictModel):
+    """What one deployment looks like on its node."""
+
+    name: str
+    """Deployment name (the folder under the node's base directory)."""
+    current_release: str | None = None
+    """Release ``current`` points to; ``None`` when there is no ``current`` link."""
+    releases: tuple[str, ...] = ()
+    """Release folders present under ``releases/``."""
+    manifest: dict[str, Any] | None = None
+    """The current release's manifest; ``None`` when missing or unreadable."""
+    manifest_error: str | None = None
+    """Why the manifest could not be read, when it exists but is not JSON."""
+    file_hashes: dict[str, str] | None = None
+    """Path → sha256 of every file of the current release folder (``manifest.json`` left
+    out, ``engine.env`` in its secret-hashed form, as the renderer hashes it); ``None`` when
+    the observation did not read them."""
+    containers: tuple[ObservedContainer, ...] = ()
+    """The compose project's containers (any state)."""
+    docker_error: str | None = None
+    """What ``docker`` said when it could not list the containers."""
+    previous_release: str | None = None
+    """Release ``previous`` points to: what was current before."""
+    last_good: str | None = None
+    """Release ``last-good`` points to: the last one whose engine passed its health gate
+    here (written only after a passed gate; the restore target of a failed repair)."""
+    gated_release: str | None = None
+    """Release of the engine that last passed its gate (``<deployment>/gated``)."""
+    gated_started_at: str | None = None
+    """Docker's ``StartedAt`` of that engine's container when it passed: an engine started
+    (or restarted by Docker) since then has not been gated."""
+    secret_digests: dict[str, str] | None = None
+    """Variable → HMAC-SHA256 of its assignment in the current ``engine.env``, under the key
+    the controller sent with this observation (:func:`servefleet.core.envdigest.
+    keyed_value_digests`); ``None`` when no key was sent or the node could not compute
+    them. Worthless without that key, which only the observing controller holds."""
+
+    @property
+    def gate_miss(self) -> GateMiss | None:
+        """How the running engine misses its gate mark (:func:`gate_miss`); ``None`` when
+        it passed or nothing runs."""
+        container = self.running_container
+        if container is None:
+            return None
+        return gate_miss(container.release_id, container.started_at, self.gated_release,
+                         self.gated_started_at)
+
+    @property
+    def ungated(self) -> bool:
+        """An engine runs that has not passed its health gate: no gate was recorded for
+        this release, or its container started (or was restarted) after the gate passed."""
+        return self.gate_miss is not None
+
+    @property
+    def engine_argv(self) -> list[str] | None:
+        """The current release's engine command line, from its manifest."""
+        argv = (self.manifest or {}).get("engine_argv")
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            return list(argv)
+        return None
+
+    @property
+    def running(self) -> bool:
+        """Some container of the deployment is running."""
+        return any(c.running for c in self.containers)
+
+    @property
+    def running_container(self) -> ObservedContainer | None:
+        """The deployment's running container (the first, as observed), if one runs."""
+        return next((c for c in self.containers if c.running), None)
+
+    @property
+    def running_release(self) -> str | None:
+        """Release the running container was started from, if one runs."""
+        container = self.running_container
+        return container.release_id if container is not None else None
+
+    @property
+    def restart_count(self) -> int:
+        """Restarts of the deployment's containers under Docker's restart policy."""
+        return sum(c.restart_count for c in self.containers)
+
+    def engine_state(self) -> str:
+        """One phrase for the operator: ``running``, ``exited (137)``, ``no container``…"""
+        if self.docker_error:
+            return f"unknown (docker: {self.docker_error})"
+        if not self.containers:
+            return "no container"
+        running = [c for c in self.containers if c.running]
+        if running:
+            restarts = self.restart_count
+            return "running" + (f", {restarts} restarts" if restarts else "")
+        return self.containers[0].state_phrase
+
+
+class ObservedNode(StrictModel):
+    """One observe command's answer: the lock and every asked-for deployment."""
+
+    lock_owner: str | None = None
+    """Content of the node lock's owner file (and its state line, see
+    :mod:`servefleet.core.lockinfo`); ``None`` when the node is not locked."""
+    deployments: dict[str, ObservedDeployment] = Field(default_factory=dict)
+    """Deployments found on the node, by name; a name absent here has never been deployed."""
+    baselines_text: str | None = None
+    """Content of the node's KV baselines file (``None``: none, or not read), for the
+    planner's calibration (:mod:`servefleet.core.baselines` parses it)."""
+
+    @property
+    def lock(self) -> LockInfo | None:
+        """The lock, parsed (``None``: the node is not locked)."""
+        return parse_lock(self.lock_owner)
+
+
+class ReleaseInfo(StrictModel):
+    """One release folder on a node, for ``servefleet releases``."""
+
+    release_id: str
+    """The folder name under ``releases/``."""
+    manifest: dict[str, Any] | None = None
+    """Its manifest, when readable."""
+    current: bool = False
+    """``current`` points here."""
+    previous: bool = False
+    """``previous`` points here: what was current before (the default rollback target)."""
+
+    @property
+    def created_at(self) -> str:
+        """When the release was made (from the manifest; empty when unknown)."""
+        value = (self.manifest or {}).get("created_at")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def profile(self) -> str | None:
+        """Profile name recorded in the manifest."""
+        value = (self.manifest or {}).get("profile")
+        if isinstance(value, dict):
+            value = value.get("name")
+        return value if isinstance(value, str) else None
