@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from servefleet.adapters import remote
+from servefleet.adapters import compose_commands
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bootlog import BootFacts, BootLogParser
 from servefleet.core.errors import (
@@ -68,8 +68,9 @@ class BootResult:
 
 def container_state(transport: SshTransport, deployment: str) -> ObservedContainer | None:
     """The deployment's newest container (running first), or ``None`` when it has none."""
-    done = transport.run(remote.container_state(deployment), timeout=STATE_TIMEOUT_SECONDS,
-                         idempotent=True, what="read the engine container's state")
+    done = transport.run(compose_commands.container_state(deployment),
+                         timeout=STATE_TIMEOUT_SECONDS, idempotent=True,
+                         what="read the engine container's state")
     try:
         containers = [parse_container(line) for line in done.text().splitlines()
                       if line.strip()]
@@ -106,7 +107,7 @@ def follow_boot(transport: SshTransport, deployment: str, since: str, *, engine:
         dropped = False
         try:
             stream = transport.stream_lines(
-                remote.logs(deployment, follow=True, since=since),
+                compose_commands.logs(deployment, follow=True, since=since),
                 timeout=max(1.0, deadline - clock()), should_stop=should_stop)
             try:
                 for raw in stream:

@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-from servefleet.adapters import releases as release_store
-from servefleet.adapters import remote
 from servefleet.adapters.health_gate import Check, HealthReport
-from servefleet.adapters.lock import NodeLock
+from servefleet.adapters.multinode_result import MultiNodePlan, MultiNodeResult, Rank
 from servefleet.adapters.rollout import (
     Abort,
     Clock,
+    ComposeSshRuntime,
     DeploymentResult,
     Failure,
     GaveUp,
@@ -52,7 +49,6 @@ from servefleet.adapters.rollout import (
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.errors import ConfigError, LockHeld, ServefleetError
 from servefleet.core.models import MultiNodeDeployment
-from servefleet.core.observed import ObservedDeployment, parse_container
 from servefleet.core.plan import PlanItem, plan
 from servefleet.core.project import Project
 from servefleet.core.render.ranks import MultiNodeRelease, render_multinode
@@ -68,57 +64,6 @@ NCCL_VIA_SOCKET = "via NET/Socket"
 """NCCL_DEBUG=INFO channel lines over TCP sockets: ``… [send] via NET/Socket/3``."""
 WORKER_LOG_TAIL = 400
 """Lines of a worker's log read after the head's gate (NCCL lines come early)."""
-
-
-@dataclass
-class Rank:
-    """One rank during a rollout."""
-
-    index: int
-    rollout: NodeRollout
-    target: Target
-    observed: ObservedDeployment | None
-    item: PlanItem
-    result: DeploymentResult
-    lock: NodeLock | None = None
-    started: bool = False
-
-    @property
-    def node(self) -> str:
-        """Node name."""
-        return self.rollout.node.name
-
-
-@dataclass
-class MultiNodeResult:
-    """What happened to one engine spanning nodes."""
-
-    deployment: str
-    """The multi-node deployment's key (``name@node+node``)."""
-    release_id: str
-    """The release every rank was to run."""
-    status: str = "failed"
-    """``unchanged``, ``deployed``, ``rolled_back``, ``restore_failed``, ``failed``,
-    ``interrupted``."""
-    ranks: list[DeploymentResult] = field(default_factory=list)
-    """Each rank's result, in rank order."""
-    failure: Failure | None = None
-    """The first failure, naming the node."""
-    restore: Restore | None = None
-    """The restore of every rank (one release id for all)."""
-
-    @property
-    def ok(self) -> bool:
-        """Deployed or already right."""
-        return self.status in ("unchanged", "deployed")
-
-    def to_json(self) -> dict[str, Any]:
-        """Machine-readable summary, rank by rank."""
-        return {"deployment": self.deployment, "release_id": self.release_id,
-                "status": self.status, "ok": self.ok,
-                "failure": self.failure.to_json() if self.failure else None,
-                "restore": self.restore.to_json() if self.restore else None,
-                "ranks": [r.to_json() for r in self.ranks]}
 
 
 def _row(fact: str, expected: str, observed: str, ok: bool,
@@ -141,9 +86,8 @@ class MultiNodeRollout:
         rollout = rank.rollout
         clock = rollout.deadline_clock()
         seen: list[str] = []
-        argv = remote.logs(rank.target.deployment, follow=True, since=since)
-        for raw in rollout.transport.stream_lines(argv, should_stop=lambda: clock() > deadline):
-            line = rollout.transport.mask(raw.decode("utf-8", "replace").rstrip("\r\n"))
+        for line in rollout.runtime.log_lines(rank.target.deployment, follow=True, since=since,
+                                              should_stop=lambda: clock() > deadline):
             seen = [*seen[-19:], line]
             rollout.emit("boot", rank.target.deployment, line[:160])
             if WORKER_JOINED in line:
@@ -155,10 +99,8 @@ class MultiNodeRollout:
 
     def worker_log(self, rank: Rank) -> list[str]:
         """The worker's recent log lines (for the NCCL transport check)."""
-        done = rank.rollout.transport.run(
-            remote.logs(rank.target.deployment, tail=WORKER_LOG_TAIL), check=False,
-            what="read the worker log")
-        return [rank.rollout.transport.mask(line) for line in done.text().splitlines()]
+        return list(rank.rollout.runtime.log_lines(rank.target.deployment,
+                                                   tail=WORKER_LOG_TAIL))
 
     # -- the rollout --------------------------------------------------------------------------
     def deploy(self) -> MultiNodeResult:
@@ -202,14 +144,12 @@ class MultiNodeRollout:
             for rank in sorted(self.ranks, key=lambda r: r.node):
                 rollout = rank.rollout
                 rollout.emit("lock", rank.target.deployment)
-                lock = NodeLock(rollout.transport, "deploy", rollout.clock.now(),
-                                unlock_id=rollout.unlock_id)
-                text = lock.acquire(remote.observe(rollout.node.base_dir,
-                                                   [rank.target.deployment]))
+                lock, observed = rollout.runtime.lock(
+                    "deploy", rollout.clock.now(), unlock_id=rollout.unlock_id,
+                    deployments=[rank.target.deployment])
                 rank.lock = lock
                 rollout.lock = lock
                 taken.append(rank)
-                observed = rollout._parse_observation(text)
                 rank.observed = observed.deployments.get(rank.target.deployment)
                 rank.item = plan(rank.target.rendered, rank.observed) \
                     if rank.target.rendered is not None else rank.item
@@ -233,8 +173,7 @@ class MultiNodeRollout:
                 for rank in self.ranks:
                     with rank.rollout.phase(rank.result, "stop"):
                         if rank.observed is not None and rank.observed.containers:
-                            rank.rollout.transport.run(remote.stop(rank.target.deployment),
-                                                       timeout=300, what="stop the old engine")
+                            rank.rollout.runtime.stop(rank.target.deployment)
                 reports = self._boot_all(self.ranks, restoring=False)
                 for rank in self.ranks:
                     rank.rollout.check_abort("switch")
@@ -258,30 +197,22 @@ class MultiNodeRollout:
         """Preflight, upload, build or pull: nothing that stops the old engine."""
         rollout, target, item = rank.rollout, rank.target, rank.item
         with rollout.phase(rank.result, "preflight"):
-            rollout.preflight(target, rank.observed)
+            problems = rollout.runtime.preflight(target, rank.observed)
+            if problems:
+                raise StepFailed("preflight", f"{rank.node}: " + "; ".join(problems))
         if item.upload:
             with rollout.phase(rank.result, "upload"):
                 rollout.upload(target, repair=item.repair)
-        if target.builds_image:
-            with rollout.phase(rank.result, "build"):
-                rollout.transport.run(remote.build(rollout.compose_cmd, rollout.node.base_dir,
-                                                   target.deployment, target.release_id,
-                                                   target.compose_files),
-                                      timeout=3600, idempotent=False,
-                                      what="build the image overlay")
-        else:
-            with rollout.phase(rank.result, "pull"):
-                rollout.pull(target)
+        with rollout.phase(rank.result, "build" if target.builds_image else "pull"):
+            rollout.runtime.prepare(target, lambda line: rollout.emit(
+                "pull", target.deployment, line))
 
     def _up(self, rank: Rank, target: Target, result: DeploymentResult) -> str:
         rollout = rank.rollout
         with rollout.phase(result, "up"):
-            done = rollout.transport.run(
-                remote.up(rollout.compose_cmd, rollout.node.base_dir, target.deployment,
-                          target.release_id, target.compose_files),
-                timeout=600, idempotent=False, what="start the engine")
+            since = rollout.runtime.start(target)
         rank.started = True
-        return done.text().splitlines()[0].partition("=")[2] if done.stdout else "0"
+        return since
 
     def _boot_all(self, ranks: Sequence[Rank], *, restoring: bool,
                   targets: Mapping[int, Target] | None = None,
@@ -316,9 +247,7 @@ class MultiNodeRollout:
         rollout = rank.rollout
         url = f"{rollout.node.name} (headless rank {rank.index})"
         with rollout.phase(result, "health"):
-            text = rollout.transport.run(remote.container_state(target.deployment),
-                                         what="worker container state").text()
-            running = [c for c in map(parse_container, filter(None, text.splitlines()))
+            running = [c for c in rollout.runtime.containers(target.deployment)
                        if c.running and c.release_id == target.release_id]
             rows = [_row("worker joined the head", WORKER_JOINED, "joined", True, joined),
                     _row("worker container", f"running {target.release_id}",
@@ -353,9 +282,8 @@ class MultiNodeRollout:
         for rank in self.ranks:
             if rank.started:
                 try:
-                    rank.rollout.transport.run(remote.stop(rank.target.deployment,
-                                                           grace_seconds=10),
-                                               timeout=300, what="stop the failed engine")
+                    rank.rollout.runtime.stop(rank.target.deployment, grace_seconds=10,
+                                              what="stop the failed engine")
                 except ServefleetError as error:
                     rank.result.warnings.append(f"the failed engine could not be stopped: "
                                                 f"{error}")
@@ -371,10 +299,9 @@ class MultiNodeRollout:
                 detail += (f"; restored {result.restore.release_id}: "
                            f"{result.restore.message}")
             with contextlib.suppress(ServefleetError):
-                release_store.audit(rank.rollout.transport, rank.target.deployment,
-                                    rank.rollout.audit_line(
-                                        "deploy", rank.target.deployment,
-                                        rank.target.release_id, result.status, detail))
+                rank.rollout.runtime.audit(rank.target.deployment, rank.rollout.audit_line(
+                    "deploy", rank.target.deployment, rank.target.release_id, result.status,
+                    detail), timeout=120)
 
     def _restore(self) -> Restore:
         chosen = {r.index: restore_candidate(r.observed, r.target.release_id)
@@ -410,10 +337,7 @@ class MultiNodeRollout:
             for rank in self.ranks:
                 try:
                     rank.rollout.mark_gated(rank.target.deployment, release_id)
-                    rank.rollout.transport.run(
-                        remote.switch_current(rank.rollout.node.base_dir,
-                                              rank.target.deployment, release_id),
-                        idempotent=True, what=f"switch current to {release_id}")
+                    rank.rollout.runtime.switch(rank.target.deployment, release_id)
                 except ServefleetError as error:
                     warnings.append(f"{rank.node}: bookkeeping failed: {error}")
             head = reports[0]
@@ -425,9 +349,8 @@ class MultiNodeRollout:
             for rank in self.ranks:
                 if rank.started:
                     with contextlib.suppress(ServefleetError):
-                        rank.rollout.transport.run(remote.stop(rank.target.deployment,
-                                                               grace_seconds=10),
-                                                   what="stop the failed restore")
+                        rank.rollout.runtime.stop(rank.target.deployment, grace_seconds=10,
+                                                  what="stop the failed restore")
             return Restore(release_id, False, failed.failure.message)
         finally:
             for rank in self.ranks:
@@ -456,57 +379,6 @@ def select_multinode(project: Project, nodes: Sequence[str] | None
     return single, [dep for dep in multi if any(n in dep.nodes for n in nodes)]
 
 
-def rank_role(index: int) -> str:
-    """``head`` for rank 0 (serves the API), else ``worker`` (``--headless``)."""
-    return "head" if index == 0 else "worker"
-
-
-@dataclass(frozen=True)
-class MultiNodePlan:
-    """What a deploy would do to one engine spanning nodes, rank by rank."""
-
-    deployment: MultiNodeDeployment
-    """The stack entry."""
-    release_id: str
-    """The one release every rank would run."""
-    items: tuple[PlanItem, ...]
-    """Each rank's plan, in rank order (the head first)."""
-
-    @property
-    def changes(self) -> bool:
-        """True when any rank would change (then every rank restarts)."""
-        return any(item.changes for item in self.items)
-
-    @property
-    def action(self) -> str:
-        """``unchanged``, ``create`` (no rank runs anything yet) or ``update``."""
-        if not self.changes:
-            return "unchanged"
-        return "create" if all(i.current_release is None for i in self.items) else "update"
-
-    def summary_lines(self) -> list[str]:
-        """One line for the engine, one per rank, then each rank's reasons and flag diff."""
-        head = f"{self.deployment.key}: {self.action}"
-        lines = [f"{head} (release {self.release_id} on every rank)" if not self.changes
-                 else f"{head}: release {self.release_id} on every rank, restarted together"]
-        for index, item in enumerate(self.items):
-            now = item.current_release or "none"
-            what = item.engine_state if not item.changes else \
-                f"{now} -> {item.release_id}"
-            lines.append(f"  rank {index} {rank_role(index)} {item.node}: {item.action} "
-                         f"({what})")
-            lines += [f"  {line}" for line in item.summary_lines()[1:]]
-        return lines
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready form for ``servefleet plan --json`` (``multi_node``)."""
-        return {"deployment": self.deployment.key, "name": self.deployment.name,
-                "profile": self.deployment.profile, "action": self.action,
-                "release_id": self.release_id,
-                "ranks": [{"rank": i, "role": rank_role(i), **item.to_json()}
-                          for i, item in enumerate(self.items)]}
-
-
 def _factory(transport_factory: TransportFactory | None) -> TransportFactory:
     return transport_factory or (lambda node, m: SshTransport(node, mask=m))
 
@@ -533,7 +405,7 @@ def plan_multinode(project: Project, deployments: Sequence[MultiNodeDeployment],
             try:
                 with factory(project.nodes[rendered.node], mask) as transport:
                     items += NodeRollout(project, project.nodes[rendered.node],
-                                         transport).plan([rendered])[1]
+                                         ComposeSshRuntime(transport)).plan([rendered])[1]
             except ServefleetError as error:
                 errors.append(_node_error(rendered.node, error, started, clock))
         if len(items) == len(release.ranks):
@@ -570,7 +442,8 @@ def deploy_multinode(project: Project, name: str, secrets: Mapping[str, str] | N
                     else f"{node_name}: {error}"
                 return MultiNodeResult(matches[0].key, release.release_id, failure=Failure(
                     "connect", message, type(error).__name__))
-            rollouts[node_name] = NodeRollout(project, project.nodes[node_name], transport,
+            rollouts[node_name] = NodeRollout(project, project.nodes[node_name],
+                                              ComposeSshRuntime(transport),
                                               secrets=secrets, abort=abort,
                                               progress=progress, unlock_id=unlock_id)
         with abort.handling_signals():

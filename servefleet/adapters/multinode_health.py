@@ -19,8 +19,8 @@ from servefleet.adapters.multinode import (
     NCCL_VIA_IB,
     NCCL_VIA_SOCKET,
     WORKER_JOINED,
-    rank_role,
 )
+from servefleet.adapters.multinode_result import rank_role
 from servefleet.adapters.node_health import (
     TAIL_EVIDENCE,
     DeploymentCheck,

@@ -49,7 +49,6 @@ deployments, then each engine spanning nodes, one after the other).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,16 +58,15 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi.dynamic
 
-from servefleet.adapters.pulumi_provider import (
-    HEALTHY,
-    RESOURCE_MODULE,
+from servefleet.adapters.pulumi_common import (
     _int,
-    _load_node,
     _mapping,
     _quiet_libraries,
     flags_property,
     progress_printer,
 )
+from servefleet.adapters.pulumi_observe import HEALTHY, _load_node
+from servefleet.adapters.pulumi_provider import RESOURCE_MODULE
 from servefleet.core.errors import (
     ConfigError,
     HealthGateFailed,
@@ -188,7 +186,7 @@ def multinode_args(project: Project, release: MultiNodeRelease,
                    secrets: pulumi.Input[Mapping[str, str]] | None = None,
                    unlock_id: str | None = None) -> MultiNodeArgs:
     """The resource inputs of one rendered engine spanning nodes."""
-    from servefleet.adapters.multinode import rank_role
+    from servefleet.adapters.multinode_result import rank_role
 
     dep = release.deployment
     port = release.rank_deployments[0].port or project.nodes[dep.head].ports[0]
@@ -217,14 +215,6 @@ def deployment_of(props: Mapping[str, Any]) -> MultiNodeDeployment:
         port=_int(props.get("port")), master_port=_int(props.get("masterPort")) or 29501,
         pipeline_parallel_size=_int(props.get("pipelineParallel")) or 1,
         nccl_debug=bool(props.get("ncclDebug")))
-
-
-def _project_for(props: Mapping[str, Any]) -> Project:
-    """The project as on disk, with the stack's ``multiNode`` holding exactly this
-    resource's engine: the provider deploys what the resource says."""
-    project = load_project(Path(str(props["projectDir"])), str(props["stack"]))
-    stack = project.stack.model_copy(update={"multi_node": [deployment_of(props)]})
-    return dataclasses.replace(project, stack=stack)
 
 
 # -- observing the ranks ------------------------------------------------------------------------
@@ -263,7 +253,8 @@ def observe_ranks(nodes: Mapping[str, Node], name: str, ranks: Sequence[str],
     Raises :class:`UnreachableNode` naming the rank that could not be read: an engine whose
     peer is unknown is not known to serve."""
     from servefleet.adapters import remote
-    from servefleet.adapters.multinode import _factory, rank_role
+    from servefleet.adapters.multinode import _factory
+    from servefleet.adapters.multinode_result import rank_role
     from servefleet.core.observed import parse_observation
 
     factory = _factory(transport_factory)
@@ -371,7 +362,8 @@ def apply(props: Mapping[str, Any], *, transport_factory: Factory | None = None,
 
     secrets = {str(k): str(v) for k, v in _mapping(props.get("secrets")).items()}
     mask = SecretMask.from_mapping(secrets)
-    project = _project_for(props)
+    project = load_project(Path(str(props["projectDir"])), str(props["stack"])) \
+        .placing_multinode(deployment_of(props))
     name = str(props["name"])
     _quiet_libraries()
     unlock_id = props.get("unlockId")

@@ -28,11 +28,7 @@ module's code, so behaviour changes bump :data:`PROVIDER_VERSION` (an input).
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import os
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,21 +36,28 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi.dynamic
 
+# Re-exported: the single-node provider's names, which the multi-node one and tests use.
+from servefleet.adapters.pulumi_common import _int as _int
+from servefleet.adapters.pulumi_common import _mapping as _mapping
+from servefleet.adapters.pulumi_common import _quiet_libraries as _quiet_libraries
+from servefleet.adapters.pulumi_common import flags_property as flags_property
+from servefleet.adapters.pulumi_common import progress_printer as progress_printer
+from servefleet.adapters.pulumi_observe import HEALTHY as HEALTHY
+from servefleet.adapters.pulumi_observe import _health as _health
+from servefleet.adapters.pulumi_observe import _load_node as _load_node
+from servefleet.adapters.pulumi_observe import observe as observe
 from servefleet.core.errors import (
     ConfigError,
     HealthGateFailed,
     ServefleetError,
-    UnreachableNode,
 )
-from servefleet.core.models import Deployment, Node, StackConfig
-from servefleet.core.project import Project, load_nodes, load_project
+from servefleet.core.models import Deployment, StackConfig
+from servefleet.core.project import Project, load_project
 from servefleet.core.render import FlagDiff, diff_flags
-from servefleet.core.render.release import LABEL_PREFIX
 from servefleet.core.secrets import SecretMask
 
 if TYPE_CHECKING:
     from servefleet.adapters.rollout import NodeResult
-    from servefleet.core.drift import ObservedDeploymentState
 
 # The rollout and the drift collector (paramiko, tenacity…) are imported where they are
 # used: a no-op `pulumi up` only diffs, and both the program and the provider host start
@@ -66,9 +69,6 @@ RESOURCE_MODULE = "servefleet"
 RESOURCE_NAME = "NodeDeployment"
 RESOURCE_TYPE = f"pulumi-python:dynamic/{RESOURCE_MODULE}:{RESOURCE_NAME}"
 """The resource's Pulumi type token."""
-HEALTHY = "healthy"
-"""The health verdict of an engine that serves its current release."""
-OBSERVE_TIMEOUT_SECONDS = 60.0
 
 # Input keys of one deployment whose change means a new release (and an engine restart).
 _RELEASE_KEYS = ("profile", "port", "releaseId")
@@ -174,29 +174,10 @@ class DeploymentChange:
         return out
 
 
-def _mapping(value: Any) -> dict[str, Any]:
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
-def _int(value: Any) -> int | None:
-    """Pulumi hands numbers over as floats: ``8000.0`` is the port 8000."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float):
-        return int(value)
-    return None
-
-
 def _same(key: str, old: Any, new: Any) -> bool:
     if key == "port":
         return _int(old) == _int(new)
     return bool(old == new)
-
-
-def flags_property(flags: Mapping[str, str | None]) -> dict[str, str | bool]:
-    """Engine flags as a Pulumi property: a flag without a value is ``true`` (Pulumi drops
-    ``null`` map entries, which would hide ``--enable-prefix-caching`` from state and diff)."""
-    return {flag: True if value is None else value for flag, value in flags.items()}
 
 
 def _flags(value: Any) -> dict[str, str | None]:
@@ -266,132 +247,7 @@ def describe_changes(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[D
     return changes
 
 
-# -- observing a node ---------------------------------------------------------------------------
-def _load_node(project_dir: str, name: str) -> Node:
-    nodes, _, problems = load_nodes(Path(project_dir).resolve())
-    if name not in nodes:
-        detail = f" ({'; '.join(problems)})" if problems else ""
-        raise ConfigError(
-            f"node {name!r} is not in the inventory of {project_dir}{detail}; if the node is "
-            "gone for good, drop it from the Pulumi state with `pulumi state delete <urn>`")
-    return nodes[name]
-
-
-def _health(state: ObservedDeploymentState) -> str:
-    """One verdict per deployment: ``healthy`` or what is wrong."""
-    from servefleet.core.drift import ungated_why
-
-    container = state.container
-    if not state.present or container is None:
-        return "absent: no engine container"
-    if not container.running:
-        detail = "OOM-killed, " if container.oom_killed else ""
-        return f"down: {container.status} ({detail}exit {container.exit_code})"
-    if state.boot is not None and state.boot.outcome not in (None, "ready"):
-        return f"unhealthy: boot {state.boot.outcome}"
-    if state.boot is None:
-        return "unhealthy: no boot log"
-    if state.engine_version is None:
-        return f"unhealthy: HTTP API not answering ({state.engine_version_error or '?'})"
-    ungated = ungated_why(state, container)
-    if ungated is not None:
-        # Not healthy: `pulumi up` after a refresh puts it through the gate again.
-        return f"ungated: {ungated}"
-    return HEALTHY
-
-
-def _observed_deployment(node: Node, port: int, state: ObservedDeploymentState | None,
-                         ) -> dict[str, Any]:
-    """The stable facts of one deployment (no timestamps or counters, so that observing an
-    unchanged node twice gives the same outputs)."""
-    endpoint = f"http://{node.address}:{port}"
-    if state is None:
-        return {"endpoint": endpoint, "currentRelease": None, "runningRelease": None,
-                "health": "absent: no engine container", "fileHashes": {}}
-    container = state.container
-    running = container is not None and container.running
-    manifest = state.manifest or {}
-    return {
-        "endpoint": endpoint,
-        "currentRelease": state.current_release,
-        "runningRelease": (container.labels.get(f"{LABEL_PREFIX}release") or None)
-        if running and container is not None else None,
-        "profile": manifest.get("profile") if isinstance(manifest.get("profile"), str) else None,
-        "engineState": container.status if container is not None else "no container",
-        "image": container.image_ref if container is not None else None,
-        "imageId": container.image_id if container is not None else None,
-        "imageRepoDigest": (container.repo_digests[0] if container.repo_digests else None)
-        if container is not None else None,
-        "fileHashes": dict(sorted(state.file_hashes.items())),
-        "bootOutcome": state.boot.outcome if state.boot else None,
-        "kvCacheTokens": state.boot.kv_cache_tokens if state.boot else None,
-        "cudagraphMode": state.boot.cudagraph_mode if state.boot else None,
-        "engineVersion": state.engine_version,
-        "health": _health(state),
-    }
-
-
-def observe(node: Node, deployments: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Read the node (one SSH connection, one command) and return the output properties."""
-    from servefleet.adapters.drift_collect import CollectOptions, DeploymentQuery, collect_node
-
-    queries = [DeploymentQuery(name=name, engine=str(dep.get("engine") or "vllm"),
-                               port=_int(dep.get("port")))
-               for name, dep in deployments.items()]
-    options = CollectOptions(timeout=OBSERVE_TIMEOUT_SECONDS, probe=False,
-                             baseline_files=())
-    seen = collect_node(node, queries, options)
-    if seen.unreachable:
-        raise UnreachableNode(seen.unreachable)
-    observed = {}
-    for name, dep in deployments.items():
-        port = _int(dep.get("port")) or node.ports[0]
-        observed[name] = _observed_deployment(node, port, seen.deployments.get(name))
-    return {
-        "observed": observed,
-        "endpoints": {n: o["endpoint"] for n, o in observed.items()},
-        "releaseIds": {n: o["currentRelease"] for n, o in observed.items()},
-        "kvCacheTokens": {n: o.get("kvCacheTokens") for n, o in observed.items()},
-        "cudagraphModes": {n: o.get("cudagraphMode") for n, o in observed.items()},
-        "health": {n: o["health"] for n, o in observed.items()},
-    }
-
-
 # -- applying -----------------------------------------------------------------------------------
-SHOWN_PHASES = frozenset({"build", "stop", "up", "restore", "done"})
-"""Rollout phases reported while ``pulumi up`` runs (the boot log's own lines are not)."""
-
-
-def _quiet_libraries() -> None:
-    """paramiko logs every retried connection attempt with a traceback; the provider host
-    has no logging set up, so Python would print them and Pulumi would show them. The
-    transport's own error, after its retries, is what the operator needs."""
-    quiet = logging.getLogger("paramiko")
-    if not quiet.handlers:
-        quiet.addHandler(logging.NullHandler())
-        quiet.propagate = False
-
-
-def progress_printer(mask: SecretMask) -> Callable[[Any], None]:
-    """A rollout progress callback printing one line per phase to stderr, which Pulumi
-    shows while the update runs."""
-
-    def show(event: Any) -> None:
-        if event.phase not in SHOWN_PHASES:
-            return
-        where = f"{event.node}/{event.deployment}" if event.deployment else event.node
-        detail = f": {event.message}" if event.message else ""
-        line = mask(f"servefleet: {where}: {event.phase}{detail} ({event.elapsed:.1f} s)\n")
-        # One write per line: nodes roll out in parallel threads of the provider host.
-        try:
-            sys.stderr.flush()
-            os.write(sys.stderr.fileno(), line.encode("utf-8", "replace"))
-        except (OSError, ValueError):  # a stderr without a file descriptor (captured)
-            sys.stderr.write(line)
-
-    return show
-
-
 def _plain_inputs(props: Mapping[str, Any]) -> dict[str, Any]:
     """The inputs echoed into the outputs: all but the secrets and the provider blob."""
     return {k: v for k, v in props.items()
@@ -402,16 +258,12 @@ def _deployments(props: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {str(name): _mapping(dep) for name, dep in _mapping(props.get("deployments")).items()}
 
 
-def _project_for(props: Mapping[str, Any]) -> Project:
-    """The project as on disk, with the stack placing exactly this resource's deployments
-    on its node: the provider deploys what the resource says."""
+def _placed(props: Mapping[str, Any]) -> list[Deployment]:
+    """The deployments the resource places on its node (the stack file may say more)."""
     node = str(props["node"])
-    project = load_project(Path(str(props["projectDir"])), str(props["stack"]))
-    placed = [Deployment(node=node, name=name, profile=str(dep["profile"]),
-                         port=_int(dep.get("port")))
-              for name, dep in _deployments(props).items()]
-    stack = project.stack.model_copy(update={"deployments": placed})
-    return dataclasses.replace(project, stack=stack)
+    return [Deployment(node=node, name=name, profile=str(dep["profile"]),
+                       port=_int(dep.get("port")))
+            for name, dep in _deployments(props).items()]
 
 
 def failure_text(result: NodeResult) -> str:
@@ -454,14 +306,15 @@ def apply(props: Mapping[str, Any], previous: Mapping[str, Any] | None = None,
 
     secrets = {str(k): str(v) for k, v in _mapping(props.get("secrets")).items()}
     mask = SecretMask.from_mapping(secrets)
-    project = _project_for(props)
     name = str(props["node"])
+    placed = _placed(props)
+    project = load_project(Path(str(props["projectDir"])), str(props["stack"]))
     wanted = _deployments(props)
     _quiet_libraries()
     unlock_id = props.get("unlockId")
-    result = rollout.deploy(project, [name], "parallel", secrets,
-                            progress=progress_printer(mask),
-                            unlock_id=str(unlock_id) if unlock_id else None)[0]
+    result = rollout.deploy_node(project, name, placed, secrets,
+                                 progress=progress_printer(mask),
+                                 unlock_id=str(unlock_id) if unlock_id else None)
     if not result.ok:
         text = mask(failure_text(result))
         gate = any(d.failure is not None and (d.failure.failure_class is not None or

@@ -51,6 +51,7 @@ from servefleet.core.errors import (
     RemoteError,
     UnreachableNode,
 )
+from servefleet.core.hostkeys import pin_advice
 from servefleet.core.models import Node
 from servefleet.core.secrets import SecretMask
 
@@ -190,9 +191,8 @@ class SshTransport:
         if not self.node.ssh.host_keys:
             raise HostKeyMismatch(
                 f"{self.node.name}: no host key is pinned in the inventory (ssh.host_keys); "
-                "servefleet does not trust on first use. Run `servefleet keyscan "
-                f"{self.node.name}`, check the fingerprint on the node's console, and paste "
-                "the line into its inventory file"
+                "servefleet does not trust on first use: "
+                + pin_advice(self.node.name, self.node.address)
             )
         self._load_identity()
         attempt = retry(
@@ -261,9 +261,8 @@ class SshTransport:
                 raise HostKeyTypeNotPinned(
                     f"{self.node.name}: the node at {self.host_alias} offers host keys of "
                     f"type {', '.join(offered)} but the inventory pins only "
-                    f"{', '.join(pinned)} (ssh.host_keys); refusing to connect. Run "
-                    f"`servefleet keyscan {self.node.name}`, check the fingerprint on the "
-                    "node's console, and pin that key in its inventory file"
+                    f"{', '.join(pinned)} (ssh.host_keys); refusing to connect: "
+                    + pin_advice(self.node.name, self.node.address)
                 ) from None
             raise HostKeyMismatch(
                 f"{self.node.name}: host key mismatch at {self.host_alias}: the node presented "

@@ -6,10 +6,10 @@ fixes a broken change in one go. Nothing here writes anything.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import re
-from collections.abc import Callable, Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -18,25 +18,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from servefleet.core.errors import ConfigError
-from servefleet.core.models import Deployment, Node, Profile, StackConfig
+from servefleet.core.models import Deployment, MultiNodeDeployment, Node, Profile, StackConfig
 from servefleet.core.models.common import NAME_RE
-from servefleet.core.multinode_config import (
-    check_multinode_references,
-    multinode_from_config,
-)
+from servefleet.core.multinode_config import check_multinode_references
 from servefleet.core.pydantic_errors import describe
+from servefleet.core.stack_file import CONFIG_NS as CONFIG_NS  # the stack file's names,
+from servefleet.core.stack_file import SECRET_KEYS as SECRET_KEYS  # re-exported
+from servefleet.core.stack_file import STACK_FILE as STACK_FILE
+from servefleet.core.stack_file import load_stack as load_stack
+from servefleet.core.stack_file import missing_stack_message as missing_stack_message
 from servefleet.core.suggest import did_you_mean, unknown_name
-from servefleet.core.watch.config import snake_keys
 from servefleet.core.yamlfile import read_yaml
 
 NODES_DIR = "nodes"
 PROFILES_DIR = "profiles"
-STACK_FILE = "Pulumi.{stack}.yaml"
-CONFIG_NS = "servefleet:"
-# Stack secrets with a friendly config key, and the variable each one fills.
-SECRET_KEYS = {"hfToken": "HF_TOKEN", "apiKey": "VLLM_API_KEY"}
-
-
 @dataclass(frozen=True)
 class Project:
     """Everything loaded from a project folder for one stack."""
@@ -70,6 +65,20 @@ class Project:
                 )
             chosen = [d for d in chosen if d.node in nodes]
         return list(chosen)
+
+    def placing(self, node: str, deployments: Sequence[Deployment]) -> Project:
+        """This project with the stack placing exactly ``deployments`` on ``node`` (and
+        nothing else anywhere): what one call deploys, whoever asks (a Pulumi resource
+        says what its node runs; the stack file may say more or less)."""
+        placed = [d.model_copy(update={"node": node}) for d in deployments]
+        return dataclasses.replace(self, stack=self.stack.model_copy(
+            update={"deployments": placed}))
+
+    def placing_multinode(self, deployment: MultiNodeDeployment) -> Project:
+        """This project with the stack's engines spanning nodes reduced to ``deployment``
+        (what one multi-node resource deploys)."""
+        return dataclasses.replace(self, stack=self.stack.model_copy(
+            update={"multi_node": [deployment]}))
 
     def port_of(self, deployment: Deployment) -> int:
         """The port a deployment listens on (explicit, or the node's first port)."""
@@ -115,6 +124,32 @@ def load_nodes(root: Path) -> tuple[dict[str, Node], dict[str, str], list[str]]:
         nodes[node.name] = node
         files[node.name] = rel
     return nodes, files, problems
+
+
+def unloaded_nodes(root: Path, nodes: Collection[str],
+                   problems: Sequence[str]) -> dict[str, list[str]]:
+    """Node files under ``nodes/`` that exist but did not load (:func:`load_nodes`'s
+    problems): node name → the problems of its file, so that a stack naming it is told why
+    rather than that the node does not exist."""
+    unloaded: dict[str, list[str]] = {}
+    folder = root / NODES_DIR
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*/*.yaml")]):
+        if path.stem in nodes or path.stem in unloaded:
+            continue
+        rel = _relative(path, root)
+        mine = [p for p in problems if p.startswith(f"{rel}: ")]
+        if mine:
+            unloaded[path.stem] = mine
+    return unloaded
+
+
+def _unloaded_reason(name: str, file_problems: Sequence[str]) -> str:
+    rel, _, first = file_problems[0].partition(": ")
+    reason = first.split("; ")[0]
+    reason = reason if len(reason) <= 120 else reason[:119] + "…"
+    more = f", and {len(file_problems) - 1} more" if len(file_problems) > 1 else ""
+    return (f"node {name!r} failed to load from {rel} ({reason}{more}): fix {rel} as its "
+            "own error says")
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -217,223 +252,33 @@ def _layer_with(layers: list[dict[str, Any]], chain_files: list[str],
     return chain_files[len(layers) - 1] if loc and loc[0] not in layers[0] else chain_files[0]
 
 
-def _key(value: Any) -> str:
-    """A stack key as shown in messages: plain names as they are, anything odd quoted."""
-    text = str(value)
-    return text if NAME_RE.match(text) else repr(value)
-
-
-def _deployments_from_config(
-    config: dict[str, Any], source: str
-) -> tuple[list[Deployment], list[str]]:
-    problems: list[str] = []
-    entries: dict[Any, Any] = {}
-    mapping = config.get(f"{CONFIG_NS}profiles", {})
-    if mapping is None:
-        mapping = {}
-    if not isinstance(mapping, dict):
-        problems.append(f"{source}: {CONFIG_NS}profiles: expected a mapping of node → profile")
-        mapping = {}
-    entries.update(mapping)
-    prefix = f"{CONFIG_NS}profiles."
-    for key, value in config.items():
-        if isinstance(key, str) and key.startswith(prefix):
-            entries[key[len(prefix):]] = value
-    # Each entry with the key path the operator wrote, and whether it is the one-line form.
-    raw: list[tuple[dict[str, Any], str, bool]] = []
-    for node, value in entries.items():
-        node_path = f"{CONFIG_NS}profiles.{_key(node)}"
-        if isinstance(value, str):
-            raw.append(({"node": node, "profile": value}, node_path, True))
-        elif isinstance(value, dict):
-            for dep_name, spec in value.items():
-                dep_path = f"{node_path}.{_key(dep_name)}"
-                if isinstance(spec, str):
-                    raw.append(({"node": node, "name": dep_name, "profile": spec}, dep_path, True))
-                elif isinstance(spec, dict):
-                    raw.append(({**spec, "node": node, "name": dep_name}, dep_path, False))
-                else:
-                    problems.append(f"{source}: {dep_path}: expected a profile name or "
-                                    "{profile, port}")
-        else:
-            problems.append(f"{source}: {node_path}: expected a profile name or a "
-                            "mapping of deployment name → {profile, port}")
-    deployments: list[Deployment] = []
-    for values, path, one_line in raw:
-        try:
-            deployments.append(Deployment.model_validate(values))
-        except ValidationError as error:
-            problems.extend(describe(error, source, where=_deployment_where(path, one_line),
-                                     schema="stack"))
-    return deployments, problems
-
-
-def _deployment_where(path: str, one_line: bool) -> Callable[[tuple[Any, ...]], str]:
-    """Map a :class:`Deployment` field to the stack-file key that holds it."""
-
-    def where(loc: tuple[Any, ...]) -> str:
-        head = loc[0] if loc else None
-        if head in {"node", "name"} or (head == "profile" and one_line):
-            return path
-        return ".".join([path, *(str(p) for p in loc)])
-
-    return where
-
-
-# Config keys that name a credential, in any namespace (aws:secretKey, servefleet:apiKey…).
-_SECRET_KEY_RE = re.compile(r"(token|secret|password|passwd|credential|api_?key|private_?key)",
-                            re.IGNORECASE)
-# Values shaped like a credential whatever the key: Hugging Face, OpenAI-style and GitHub
-# tokens, and PEM private keys.
-_SECRET_VALUE_RE = re.compile(r"^(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,}|gh[pousr]_[A-Za-z0-9]{8,}"
-                              r"|-----BEGIN [A-Z ]*PRIVATE KEY-----)")
-
-
-def _is_secure(value: Any) -> bool:
-    """A Pulumi-encrypted config value: ``{secure: <ciphertext>}``."""
-    return isinstance(value, dict) and set(value) == {"secure"} and isinstance(
-        value["secure"], str)
-
-
-def _secret_hint(key: str) -> str:
-    return f"pulumi config set --secret {key} …"
-
-
-def _plaintext_secrets(config: dict[str, Any], source: str) -> list[str]:
-    """Credentials written in clear into a (committed) stack file; values are never shown."""
-    problems: list[str] = []
-    for key, value in config.items():
-        if not isinstance(key, str) or _is_secure(value):
-            continue
-        shown = key if key.isprintable() else repr(key)
-        bare = key.split(":", 1)[-1]
-        secret_key = (key.startswith(f"{CONFIG_NS}secretEnv.")
-                      or (key.startswith(CONFIG_NS) and bare in SECRET_KEYS)
-                      or bool(_SECRET_KEY_RE.search(bare)))
-        if secret_key:
-            if value is None or value == "":
-                continue
-            problems.append(f"{source}: {shown}: a secret is stored in plain text in the stack "
-                            "file (which is committed to git); remove the line and run "
-                            f"`{_secret_hint(key)}` so Pulumi stores it encrypted "
-                            "(secure: …)")
-            continue
-        leaked = [v for v in _strings(value) if _SECRET_VALUE_RE.match(v)]
-        if leaked:
-            problems.append(f"{source}: {shown}: holds a value that looks like a credential "
-                            "(a token or private key) in plain text; remove it and keep it as "
-                            f"a Pulumi secret (`{_secret_hint(key)}`)")
-    return problems
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
-
-
-# Stack settings other than profiles and secrets: model field → key after "servefleet:".
-_STACK_KEYS = {"strategy": "strategy", "keep_releases": "keepReleases"}
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[str]]:
-    """Read the servefleet keys of ``Pulumi.<stack>.yaml``."""
-    if not NAME_RE.match(stack):
-        return None, stack, [f"stack name {stack!r} is not valid (lower-case letters, digits, "
-                             "'.', '_', '-')"]
-    rel = STACK_FILE.format(stack=stack)
-    path = root / rel
-    if not path.exists():
-        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
-        hint = did_you_mean(stack, known)
-        return None, rel, [f"{rel}: no such stack file ({hint}stacks here: "
-                           f"{', '.join(known) or 'none'})"]
-    try:
-        data = read_yaml(path, rel)
-    except ConfigError as error:
-        return None, rel, error.problems
-    config = (data or {}).get("config", {}) if isinstance(data, dict) else None
-    if not isinstance(config, dict):
-        return None, rel, [f"{rel}: expected a 'config:' mapping"]
-    leaks = _plaintext_secrets(config, rel)
-    if leaks:
-        # Nothing else is checked: later messages could quote the credential back.
-        return None, rel, leaks
-    deployments, problems = _deployments_from_config(config, rel)
-    multi_node, multi_problems = multinode_from_config(config, rel)
-    problems += multi_problems
-    secret_names = [env for key, env in SECRET_KEYS.items() if f"{CONFIG_NS}{key}" in config]
-    # forceUnlock (node -> lock id) is read by the Pulumi program, not by the CLI.
-    known = [*_STACK_KEYS.values(), "profiles", "multiNode", "forceUnlock", "watch",
-             *SECRET_KEYS]
-    for key in config:
-        if not isinstance(key, str) or not key.startswith(CONFIG_NS):
-            continue  # other providers' settings (aws:region…) are Pulumi's business
-        if key.startswith(f"{CONFIG_NS}secretEnv."):
-            name = key.split(".", 1)[1]
-            if not re.match(r"^[A-Z_][A-Z0-9_]*\Z", name):
-                problems.append(f"{rel}: {key!r}: {name!r} is not an environment variable name "
-                                "(A-Z, 0-9, _); rename the key")
-                continue
-            secret_names.append(name)
-        elif key[len(CONFIG_NS):].split(".", 1)[0] not in known:
-            shown = key if key.isprintable() and " " not in key else repr(key)
-            hint = did_you_mean(key, [CONFIG_NS + k for k in known])
-            problems.append(f"{rel}: {shown}: unknown setting ({hint}known: "
-                            f"{', '.join(CONFIG_NS + k for k in [*known, 'secretEnv.NAME'])})")
-    values: dict[str, Any] = {
-        "stack": stack,
-        "deployments": deployments,
-        "multi_node": multi_node,
-        "secret_names": secret_names,
-    }
-    if f"{CONFIG_NS}strategy" in config:
-        values["strategy"] = config[f"{CONFIG_NS}strategy"]
-    if f"{CONFIG_NS}keepReleases" in config:
-        values["keep_releases"] = config[f"{CONFIG_NS}keepReleases"]
-    if f"{CONFIG_NS}watch" in config:
-        # Pulumi's camelCase keys (intervalSeconds) as the model's field names.
-        values["watch"] = snake_keys(config[f"{CONFIG_NS}watch"])
-
-    def where(loc: tuple[Any, ...]) -> str:
-        head = str(loc[0]) if loc else ""
-        if head == "watch" and len(loc) > 1:
-            # The field inside the block, as the operator spells it (recovery.maxRestarts).
-            return CONFIG_NS + "watch." + ".".join(_camel(str(part)) for part in loc[1:])
-        return CONFIG_NS + _STACK_KEYS.get(head, head)
-
-    try:
-        return StackConfig.model_validate(values), rel, problems
-    except ValidationError as error:
-        return None, rel, [*problems, *describe(error, rel, where=where, schema="stack")]
-
-
 def _check_references(project_nodes: dict[str, Node], profiles: dict[str, Profile],
                       stack: StackConfig, source: str,
-                      profile_files: Collection[str] = ()) -> list[str]:
+                      profile_files: Collection[str] = (),
+                      unloaded: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """Nodes and profiles the stack names that do not exist. A profile whose file exists but
-    did not load (``profile_files``) is not named again: its own error says why."""
+    did not load (``profile_files``) is not named again: its own error says why. A node
+    whose file did not load (``unloaded``, see :func:`unloaded_nodes`) is said to have
+    failed to load, with the first reason."""
+    unloaded = unloaded or {}
     problems = []
     seen: set[str] = set()
+    reported: set[str] = set()
     # Simulated nodes exist once `servefleet sim up` wrote nodes/sim/: say so once, not per node.
     sim_missing = [d.node for d in stack.deployments
-                   if d.node not in project_nodes and d.node.startswith("sim-")]
+                   if d.node not in project_nodes and d.node not in unloaded
+                   and d.node.startswith("sim-")]
     if sim_missing:
         problems.append(f"{source}: nodes {', '.join(dict.fromkeys(sim_missing))} are "
                         "simulated and not created yet: run `sudo servefleet sim up` to start "
                         "the simulated fleet, or pick a stack of real nodes with --stack")
     for dep in stack.deployments:
         where = f"{source}: {CONFIG_NS}profiles.{dep.node}"
-        if dep.node not in project_nodes and dep.node not in sim_missing:
+        if dep.node in unloaded:
+            if dep.node not in reported:
+                problems.append(f"{where}: {_unloaded_reason(dep.node, unloaded[dep.node])}")
+                reported.add(dep.node)
+        elif dep.node not in project_nodes and dep.node not in sim_missing:
             problems.append(f"{where}: "
                             + unknown_name("node", dep.node, project_nodes, f"{NODES_DIR}/"))
         if dep.profile not in profiles and dep.profile not in profile_files:
@@ -455,7 +300,8 @@ def load_project(root: Path, stack: str) -> Project:
     stack_config, stack_file, stack_problems = load_stack(root, stack)
     problems += stack_problems
     if stack_config is not None:
-        problems += _check_references(nodes, profiles, stack_config, stack_file, raw)
+        problems += _check_references(nodes, profiles, stack_config, stack_file, raw,
+                                      unloaded_nodes(root, nodes, problems))
         problems += check_multinode_references(nodes, profiles, stack_config.multi_node,
                                                stack_file)
     if problems or stack_config is None:

@@ -21,13 +21,19 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from servefleet.adapters import remote
+from servefleet.adapters import compose_commands, remote
 from servefleet.adapters.boot_follow import BootResult, follow_boot
 from servefleet.adapters.health_gate import HealthReport, check_kv_pool, check_outcome
-from servefleet.adapters.rollout import Abort, DeploymentResult, NodeRollout, Target
-from servefleet.adapters.ssh import CommandResult
+from servefleet.adapters.rollout import (
+    Abort,
+    ComposeSshRuntime,
+    DeploymentResult,
+    NodeRollout,
+    Target,
+)
+from servefleet.adapters.ssh import CommandResult, SshTransport
 from servefleet.core.errors import CommandTimedOut, ConnectionLost, RemoteError
 from servefleet.core.health_table import CheckRow
 from servefleet.core.models import Deployment, Node
@@ -178,7 +184,21 @@ class FakeNodeTransport:
         return dict(json.loads(path.read_text())) if path.exists() else {}
 
 
-class FakeGateRollout(NodeRollout):
+def fake_runtime(transport: FakeNodeTransport) -> ComposeSshRuntime:
+    """The rollout's real runtime (Compose over a transport) over the fake node."""
+    return ComposeSshRuntime(cast(SshTransport, transport))
+
+
+class FakeNodeRollout(NodeRollout):
+    """A rollout over a fake node, whose tests reach past the runtime to its transport."""
+
+    @property
+    def transport(self) -> SshTransport:
+        """The fake node's transport (behind the runtime)."""
+        return cast(ComposeSshRuntime, self.runtime).transport
+
+
+class FakeGateRollout(FakeNodeRollout):
     """A rollout whose gate passes when the target release's container runs, unless the
     release is in ``failing``."""
 
@@ -187,7 +207,7 @@ class FakeGateRollout(NodeRollout):
     def gate(self, result: DeploymentResult, target: Target, since: str,
              deadline: float) -> HealthReport:
         with self.phase(result, "boot"):
-            text = self.transport.run(remote.container_state(target.deployment),
+            text = self.transport.run(compose_commands.container_state(target.deployment),
                                       what="follow the boot log").text()
             running = [c for c in map(parse_container, filter(None, text.splitlines()))
                        if c.running]
@@ -202,7 +222,7 @@ class FakeGateRollout(NodeRollout):
                                 None if ok else "engine_unhealthy")
 
 
-class FollowGateRollout(NodeRollout):
+class FollowGateRollout(FakeNodeRollout):
     """A rollout whose gate follows the engine's boot log for real (``up``'s ``since=``,
     ``docker logs --follow --since``, :func:`~servefleet.adapters.boot_follow.follow_boot`
     and the boot-log parser) and holds it to the gate's boot checks (outcome, KV pool);

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from click.testing import Result
 
-from servefleet.adapters import remote
+from servefleet.adapters import compose_commands, remote
 from servefleet.adapters.node_health import HealthOptions, check_fleet, gate_checks
 from servefleet.adapters.releases import upload
 from servefleet.adapters.rollout import NodeResult, deploy
@@ -183,8 +183,8 @@ def restart(stack: Project, name: str, fault: str | None = None) -> None:
         text = transport.run(remote.observe(node.base_dir, [DEP])).text()
         observed = parse_observation(text).deployments[DEP]
         assert observed.current_release is not None and observed.manifest is not None
-        transport.run(remote.stop(DEP, grace_seconds=1), timeout=120)
-        transport.run(remote.compose(("docker", "compose"), node.base_dir, DEP,
+        transport.run(compose_commands.stop(DEP, grace_seconds=1), timeout=120)
+        transport.run(compose_commands.compose(("docker", "compose"), node.base_dir, DEP,
                                      observed.current_release,
                                      observed.manifest["compose_files"],
                                      "up", "-d", "--force-recreate"), timeout=300)
@@ -196,7 +196,7 @@ def restart(stack: Project, name: str, fault: str | None = None) -> None:
 def engine_log_of(stack: Project, name: str) -> str:
     node = stack.nodes[name]
     with SshTransport(node) as transport:
-        done = transport.run(remote.logs(DEP), timeout=60, check=False)
+        done = transport.run(compose_commands.logs(DEP), timeout=60, check=False)
     return (done.stdout + done.stderr).decode("utf-8", "replace")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from fake_node import FakeGateRollout, FakeNodeTransport
+from fake_node import FakeGateRollout, FakeNodeTransport, fake_runtime
 
 from servefleet.adapters.health_gate import HealthReport, headline_facts
 from servefleet.adapters.history import parse_history, read_history, read_history_command
@@ -62,7 +62,7 @@ def deploy(project: Project, transport: FakeNodeTransport, log: str,
            failing: bool = False) -> tuple[NodeResult, LoggedGateRollout]:
     abort = Abort()
     transport.abort = abort
-    rollout = LoggedGateRollout(project, transport.node, cast(SshTransport, transport),
+    rollout = LoggedGateRollout(project, transport.node, fake_runtime(transport),
                                 secrets=SECRETS, abort=abort)
     rollout.facts = facts_of(log)
     [rendered] = render_for(project, [NODE], SECRETS)

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from fake_node import FakeGateRollout, FakeNodeTransport, Fault
+from fake_node import FakeGateRollout, FakeNodeTransport, Fault, fake_runtime
 
-from servefleet.adapters import remote
+from servefleet.adapters import compose_commands, remote
 from servefleet.adapters.multinode import MultiNodeResult, MultiNodeRollout, Rank
 from servefleet.adapters.rollout import Abort, StepFailed
-from servefleet.adapters.ssh import SshTransport
 from servefleet.core.observed import parse_container
 from servefleet.core.project import Project
 from servefleet.core.render.ranks import MultiNodeRelease, render_multinode
@@ -43,8 +42,9 @@ class FakeWorkers(MultiNodeRollout):
     failing: frozenset[str] = frozenset()
 
     def worker_joined(self, rank: Rank, since: str, deadline: float) -> tuple[str, ...]:
-        text = rank.rollout.transport.run(remote.container_state(rank.target.deployment),
-                                          what="follow the worker log").text()
+        transport = cast(FakeGateRollout, rank.rollout).transport
+        text = transport.run(compose_commands.container_state(rank.target.deployment),
+                             what="follow the worker log").text()
         running = [c for c in map(parse_container, filter(None, text.splitlines()))
                    if c.running]
         release = running[0].release_id if running else None
@@ -87,7 +87,7 @@ class Pair:
             transport.node = project.nodes[name]
             transport.abort = abort
             rollout = FakeGateRollout(project, project.nodes[name],
-                                      cast(SshTransport, transport), abort=abort)
+                                      fake_runtime(transport), abort=abort)
             rollout.failing = failing_head
             rollouts[name] = rollout
         runner = FakeWorkers(release, rollouts)
@@ -129,7 +129,7 @@ def test_deploy_then_a_flag_switch_moves_both_ranks_as_one_release(pair: Pair) -
     assert [pair.current(n) for n in NODES] == [b, b]
     # The worker was started before the head.
     labels = pair.transports["dgx-spark-2"].labels
-    assert "start the engine" in labels and "worker container state" in labels
+    assert "start the engine" in labels and "read the engine container's state" in labels
     for name in NODES:
         assert pair.transports[name].observed("big").lock_owner is None
 

@@ -28,7 +28,7 @@ from pulumi.runtime import rpc
 from test_multinode_rollout import FakeWorkers
 from test_pulumi_program import RecordingMocks, plaintext_paths
 
-from servefleet.adapters import multinode, pulumi_program, remote
+from servefleet.adapters import compose_commands, multinode, pulumi_program, remote
 from servefleet.adapters.health_gate import HealthReport
 from servefleet.adapters.pulumi_multinode import (
     HEALTHY,
@@ -38,7 +38,7 @@ from servefleet.adapters.pulumi_multinode import (
     describe_changes,
     multinode_args,
 )
-from servefleet.adapters.rollout import DeploymentResult, Target
+from servefleet.adapters.rollout import ComposeSshRuntime, DeploymentResult, Target
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.errors import HealthGateFailed, ServefleetError
 from servefleet.core.models import Node
@@ -127,9 +127,9 @@ class Pair:
         release = render_multinode(project, dep, secrets)
         rollouts = {}
         for node in dep.nodes:
+            transport = self.factory(project.nodes[node], SecretMask())
             rollouts[node] = GateWithFacts(project, project.nodes[node],
-                                           self.factory(project.nodes[node], SecretMask()),
-                                           secrets=secrets)
+                                           ComposeSshRuntime(transport), secrets=secrets)
         runner = FakeWorkers(release, rollouts)
         runner.failing = self.failing_workers
         return runner.deploy()
@@ -238,7 +238,7 @@ def test_refresh_sees_a_stopped_worker_and_delete_stops_every_rank(pair: Pair) -
     provider = MultiNodeDeploymentProvider()
     outs = as_pulumi_sends(cast(dict[str, Any], provider.create(pair.props()).outs))
     worker = pair.transports[NODES[1]]
-    worker.sh(remote.stop("big"))
+    worker.sh(compose_commands.stop("big"))
     read = as_pulumi_sends(cast(dict[str, Any], provider.read("big", outs).outs))
     assert read["health"][NODES[0]] == HEALTHY
     assert read["health"][NODES[1]].startswith("down: "), read["health"]

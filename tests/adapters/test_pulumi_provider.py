@@ -233,7 +233,7 @@ def test_failed_gate_fails_the_update_after_restoring_the_old_release(
         if event.phase == "restore":
             fault.unlink(missing_ok=True)
 
-    real_deploy = rollout.deploy
+    real_deploy = rollout.deploy_node
 
     def deploy(*args: Any, progress: Any = None, **kwargs: Any) -> Any:
         def both(event: rollout.ProgressEvent) -> None:
@@ -242,7 +242,7 @@ def test_failed_gate_fails_the_update_after_restoring_the_old_release(
                 progress(event)
         return real_deploy(*args, progress=both, **kwargs)
 
-    monkeypatch.setattr(rollout, "deploy", deploy)
+    monkeypatch.setattr(rollout, "deploy_node", deploy)
     fault.write_text("kv_oom\n")
     try:
         with pytest.raises(HealthGateFailed) as failed:

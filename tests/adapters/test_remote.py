@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from servefleet.adapters import remote
+from servefleet.adapters import compose_commands, remote
 from servefleet.adapters.releases import checksum_lines, tar_bytes
 from servefleet.core.observed import parse_observation, parse_preflight, parse_releases
 
@@ -155,14 +155,14 @@ def test_append_audit() -> None:
 
 
 def test_build() -> None:
-    assert remote.build(["docker", "compose"], "/srv/sf", "main", "abc",
+    assert compose_commands.build(["docker", "compose"], "/srv/sf", "main", "abc",
                         ["compose.yaml"]) == [
         "docker", "compose", "-p", "servefleet-main", "--project-directory",
         "/srv/sf/main/releases/abc", "-f", "/srv/sf/main/releases/abc/compose.yaml", "build"]
 
 
 def test_up() -> None:
-    assert remote.up(["docker-compose"], "/srv/sf", "main", "abc",
+    assert compose_commands.up(["docker-compose"], "/srv/sf", "main", "abc",
                      ["compose.yaml", "compose.override.1.yaml", "/etc/site.yaml"]) == [
         "sh", "-c", "printf 'since=%s\\n' \"$(date +%s.%N)\"; exec \"$@\"", "sh",
         "docker-compose", "-p", "servefleet-main", "--project-directory",
@@ -175,8 +175,8 @@ def test_up() -> None:
 def test_stop() -> None:
     script = ('ids=$(docker ps -q --filter "label=com.docker.compose.project=$1") || exit 1; '
               'shift; [ -z "$ids" ] || docker stop "$@" $ids >/dev/null')
-    assert remote.stop("main") == ["sh", "-c", script, "sh", "servefleet-main"]
-    assert remote.stop("main", grace_seconds=5) == [
+    assert compose_commands.stop("main") == ["sh", "-c", script, "sh", "servefleet-main"]
+    assert compose_commands.stop("main", grace_seconds=5) == [
         "sh", "-c", script, "sh", "servefleet-main", "-t", "5"]
 
 
@@ -186,14 +186,14 @@ def test_logs() -> None:
         '|| exit 1; [ -n "$c" ] || { echo "no container for deployment $1" >&2; exit 1; }; '
         'shift; exec docker logs "$@" "$c"'
     )
-    assert remote.logs("main", follow=True, since="1700000000") == [
+    assert compose_commands.logs("main", follow=True, since="1700000000") == [
         "sh", "-c", script, "sh", "servefleet-main", "--follow", "--since", "1700000000"]
-    assert remote.logs("main", tail=200) == [
+    assert compose_commands.logs("main", tail=200) == [
         "sh", "-c", script, "sh", "servefleet-main", "--tail", "200"]
 
 
 def test_container_state() -> None:
-    assert remote.container_state("main") == [
+    assert compose_commands.container_state("main") == [
         "sh", "-c",
         'ids=$(docker ps -aq --filter "label=com.docker.compose.project=$1") || exit 1; '
         '[ -z "$ids" ] || docker inspect --format "$2" $ids',
@@ -464,22 +464,22 @@ def test_preflight_sees_a_listening_port(tmp_path: Path) -> None:
 
 
 def test_up_prints_the_node_time_first(tmp_path: Path) -> None:
-    argv = remote.up(["echo"], str(tmp_path), "main", "r1", ["compose.yaml"])
+    argv = compose_commands.up(["echo"], str(tmp_path), "main", "r1", ["compose.yaml"])
     done = run(argv)
     lines = done.stdout.decode().splitlines()
     # To the nanosecond: a restarted container's log still holds the run before, whose
     # last lines may fall in the same second.
     seconds, dot, nanos = lines[0].removeprefix("since=").partition(".")
     assert seconds.isdigit() and dot and len(nanos) == 9 and nanos.isdigit(), lines[0]
-    assert remote.parse_since(done.stdout.decode()) == lines[0].removeprefix("since=")
+    assert compose_commands.parse_since(done.stdout.decode()) == lines[0].removeprefix("since=")
     assert lines[1] == (f"-p servefleet-main --project-directory {tmp_path}/main/releases/r1 "
                         f"-f {tmp_path}/main/releases/r1/compose.yaml up -d --remove-orphans")
 
 
 def test_parse_since_keeps_what_docker_logs_since_takes() -> None:
-    assert remote.parse_since("since=1795514400.250000001\n") == "1795514400.250000001"
-    assert remote.parse_since("since=1795514400.25\n") == "1795514400.250000000"
+    assert compose_commands.parse_since("since=1795514400.250000001\n") == "1795514400.250000001"
+    assert compose_commands.parse_since("since=1795514400.25\n") == "1795514400.250000000"
     # busybox's date has no %N: whole seconds are all there is.
-    assert remote.parse_since("since=1795514400.%N\n") == "1795514400"
-    assert remote.parse_since("") == "0"
-    assert remote.parse_since("since=; rm -rf /\n") == "0"
+    assert compose_commands.parse_since("since=1795514400.%N\n") == "1795514400"
+    assert compose_commands.parse_since("") == "0"
+    assert compose_commands.parse_since("since=; rm -rf /\n") == "0"

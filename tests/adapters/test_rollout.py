@@ -28,7 +28,7 @@ import pytest
 import yaml
 from click.testing import Result
 
-from servefleet.adapters import remote
+from servefleet.adapters import compose_commands, remote
 from servefleet.adapters.lock import NodeLock
 from servefleet.adapters.rollout import (
     NodeResult,
@@ -233,7 +233,7 @@ def running_facts(project: Project, node: str) -> dict[str, Any]:
     from servefleet.core.bootlog import parse_text
 
     with SshTransport(project.nodes[node]) as transport:
-        log = transport.run(remote.logs(DEP), timeout=60)
+        log = transport.run(compose_commands.logs(DEP), timeout=60)
     return parse_text((log.stdout + log.stderr).decode()).model_dump()
 
 

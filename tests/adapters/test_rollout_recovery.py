@@ -27,6 +27,7 @@ from fake_node import (
     FakeNodeTransport,
     Fault,
     FaultKind,
+    fake_runtime,
 )
 
 from servefleet.adapters import remote
@@ -83,7 +84,7 @@ RESTORE_STEPS = (
     "follow the boot log",
     "mark the engine gated",
     "switch current to A",
-    "append to the audit log",
+    "append the audit line",
     "release the node lock",
 )
 """The commands of an update whose release B fails its gate and A is restored."""
@@ -129,7 +130,7 @@ def deploy(project: Project, transport: FakeNodeTransport, *, failing: frozenset
     abort = Abort()
     transport.abort = abort
     transport.labels.clear()
-    rollout = FakeGateRollout(project, transport.node, cast(SshTransport, transport),
+    rollout = FakeGateRollout(project, transport.node, fake_runtime(transport),
                               unlock_id=unlock_id,
                               secrets=SECRETS, abort=abort)
     rollout.failing = failing

@@ -24,11 +24,12 @@ from fake_node import (
     FakeNodeTransport,
     Fault,
     FollowGateRollout,
+    fake_runtime,
     one_deployment_project,
     short_temp_dir,
 )
 
-from servefleet.adapters import remote
+from servefleet.adapters import compose_commands
 from servefleet.adapters.node_health import HealthOptions, check_deployment
 from servefleet.adapters.probes import HttpAnswer
 from servefleet.adapters.rollout import Abort, NodeResult, render_for
@@ -72,7 +73,7 @@ def project_at(base: Path) -> Project:
 def deploy(project: Project, transport: FakeNodeTransport) -> tuple[NodeResult,
                                                                      FollowGateRollout]:
     transport.abort = Abort()
-    rollout = FollowGateRollout(project, transport.node, cast(SshTransport, transport),
+    rollout = FollowGateRollout(project, transport.node, fake_runtime(transport),
                                 secrets=SECRETS, abort=transport.abort)
     [rendered] = render_for(project, [NODE], SECRETS)
     return rollout.deploy([rendered], {"main": project.stack.deployments[0]}), rollout
@@ -90,7 +91,7 @@ def test_an_engine_recreated_by_hand_is_gated_on_its_new_boot_log(
     assert release is not None
 
     # The operator re-creates the engine by hand: a new container, no gate mark for it.
-    transport.sh(["sh", "-c", 'exec "$@" >/dev/null', "sh", *remote.compose(
+    transport.sh(["sh", "-c", 'exec "$@" >/dev/null', "sh", *compose_commands.compose(
         ("docker", "compose"), project.nodes[NODE].base_dir, "main", release,
         ["compose.yaml"], "up", "-d", "--force-recreate")])
     assert transport.observed().deployments["main"].ungated
@@ -130,7 +131,7 @@ def test_health_shows_an_ungated_engine_and_its_restart_count(
     gated = rows()
     assert "health gate" not in gated
     assert gated["engine restarts"].observed == "0 (policy on-failure:3)"
-    transport.sh(["sh", "-c", 'exec "$@" >/dev/null', "sh", *remote.compose(
+    transport.sh(["sh", "-c", 'exec "$@" >/dev/null', "sh", *compose_commands.compose(
         ("docker", "compose"), project.nodes[NODE].base_dir, "main", release,
         ["compose.yaml"], "up", "-d", "--force-recreate")])
     row = rows()["health gate"]

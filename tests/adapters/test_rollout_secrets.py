@@ -11,14 +11,18 @@ import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast
 
 import pytest
-from fake_node import FakeGateRollout, FakeNodeTransport, one_deployment_project, short_temp_dir
+from fake_node import (
+    FakeGateRollout,
+    FakeNodeTransport,
+    fake_runtime,
+    one_deployment_project,
+    short_temp_dir,
+)
 
 from servefleet.adapters import remote
 from servefleet.adapters.rollout import Abort, NodeResult, render_for
-from servefleet.adapters.ssh import SshTransport
 from servefleet.core.envdigest import keyed_value_digests
 from servefleet.core.observed import parse_observation
 from servefleet.core.project import Project
@@ -43,7 +47,7 @@ def project_at(base: Path) -> Project:
 def deploy(project: Project, transport: FakeNodeTransport, token: str) -> NodeResult:
     transport.abort = Abort()
     secrets = {"HF_TOKEN": token}
-    rollout = FakeGateRollout(project, transport.node, cast(SshTransport, transport),
+    rollout = FakeGateRollout(project, transport.node, fake_runtime(transport),
                               secrets=secrets, abort=transport.abort)
     [rendered] = render_for(project, [NODE], secrets)
     return rollout.deploy([rendered], {"main": project.stack.deployments[0]})

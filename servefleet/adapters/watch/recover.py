@@ -7,20 +7,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 
-from servefleet.adapters import releases as release_store
-from servefleet.adapters import remote
 from servefleet.adapters.gpu_probe import run_probe
-from servefleet.adapters.lock import NodeLock
-from servefleet.adapters.rollout import Clock, NodeRollout, TransportFactory
+from servefleet.adapters.rollout import Clock, ComposeSshRuntime, NodeRollout, TransportFactory
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.errors import ServefleetError
 from servefleet.core.gpu import free_memory_check
 from servefleet.core.models import Node
-from servefleet.core.observed import ObservedDeployment, parse_observation
+from servefleet.core.observed import ObservedDeployment, ObservedNode
 from servefleet.core.project import Project
 from servefleet.core.secrets import SecretMask
 from servefleet.core.watch.policy import Decision
 
+AUDIT_TIMEOUT_SECONDS = 120
 MEMORY_POLL_SECONDS = 5.0
 
 
@@ -67,51 +65,57 @@ class Recovery:
         node = self.project.nodes[node_name]
         operation = f"watch-{decision.action.replace('_', '-')}"
         with self.factory(node, SecretMask.from_mapping(self.secrets)) as transport:
-            rollout = NodeRollout(self.project, node, transport, secrets=self.secrets,
+            runtime = ComposeSshRuntime(transport)
+            rollout = NodeRollout(self.project, node, runtime, secrets=self.secrets,
                                   clock=self.clock)
             with contextlib.suppress(ServefleetError):
-                release_store.audit(transport, deployment, rollout.audit_line(
-                    "watch", deployment, None, decision.action, decision.reason))
-            lock = NodeLock(transport, operation, self.clock.now())
-            text = lock.acquire(remote.observe(node.base_dir, [deployment]))
+                runtime.audit(deployment, rollout.audit_line(
+                    "watch", deployment, None, decision.action, decision.reason),
+                    timeout=AUDIT_TIMEOUT_SECONDS)
+            lock, seen = runtime.lock(operation, self.clock.now(), unlock_id=None,
+                                      deployments=[deployment])
             rollout.lock = lock
             try:
-                return self._under_lock(rollout, transport, node, deployment, decision,
-                                        operation, text)
+                return self._under_lock(rollout, runtime, node, deployment, decision,
+                                        operation, seen)
             finally:
                 rollout.lock = None
                 lock.release()
 
-    def _under_lock(self, rollout: NodeRollout, transport: SshTransport, node: Node,
-                    deployment: str, decision: Decision, operation: str, text: str) -> str:
-        observed = parse_observation(text).deployments.get(deployment)
+    def _under_lock(self, rollout: NodeRollout, runtime: ComposeSshRuntime, node: Node,
+                    deployment: str, decision: Decision, operation: str,
+                    seen: ObservedNode) -> str:
+        observed = seen.deployments.get(deployment)
         if observed is None:
             return f"{node.name}/{deployment}: never deployed here: nothing to recover"
         if decision.action == "stop_and_alert":
-            transport.run(remote.stop(deployment), timeout=300, what="stop the engine")
-            release_store.audit(transport, deployment, rollout.audit_line(
-                operation, deployment, observed.current_release, "stopped", decision.reason))
+            runtime.stop(deployment, what="stop the engine")
+            runtime.audit(deployment, rollout.audit_line(
+                operation, deployment, observed.current_release, "stopped", decision.reason),
+                timeout=AUDIT_TIMEOUT_SECONDS)
             return f"stopped {node.name}/{deployment}; deploy to bring it back"
         release = (observed.current_release if decision.action == "restart"
                    else restore_target(observed))
         if release is None:
             why = f"no release to {'restart' if decision.action == 'restart' else 'fall back to'}"
             with contextlib.suppress(ServefleetError):
-                release_store.audit(transport, deployment, rollout.audit_line(
-                    operation, deployment, observed.current_release, "nothing-to-do", why))
+                runtime.audit(deployment, rollout.audit_line(
+                    operation, deployment, observed.current_release, "nothing-to-do", why),
+                    timeout=AUDIT_TIMEOUT_SECONDS)
             return f"{node.name}/{deployment}: {why}"
         target = rollout.target_from_manifest(deployment, release,
                                               rollout.manifest_of(deployment, release))
         if decision.wait_for_memory and target.utilization is not None:
             # Stop first, then wait: a unified-memory pool is given back slowly, and an
             # engine started before it is back fails (or leaks more) at once.
-            transport.run(remote.stop(deployment), timeout=300, what="stop the engine")
-            problem = wait_for_memory(transport, node, target.utilization,
+            runtime.stop(deployment, what="stop the engine")
+            problem = wait_for_memory(runtime.transport, node, target.utilization,
                                       self.clock.monotonic() + self.memory_wait_seconds,
                                       self.clock)
             if problem is not None:
-                release_store.audit(transport, deployment, rollout.audit_line(
-                    operation, deployment, release, "memory-not-back", problem))
+                runtime.audit(deployment, rollout.audit_line(
+                    operation, deployment, release, "memory-not-back", problem),
+                    timeout=AUDIT_TIMEOUT_SECONDS)
                 return f"{node.name}/{deployment}: not restarted, memory not back: {problem}"
         result = rollout.activate(target, observed, operation)
         line = f"{node.name}/{deployment}: {decision.action} {release}: {result.status}"

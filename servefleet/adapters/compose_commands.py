@@ -1,0 +1,141 @@
+"""The engine's commands on a node: Docker Compose of a release folder (build, pull, up),
+and the deployment's containers found by their compose project label (stop, clear, logs,
+state). Like :mod:`servefleet.adapters.remote`, each function returns an argv list and
+runs nothing; values reach scripts only as positional parameters."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from servefleet.adapters.remote import (
+    COMPOSE_PROJECT_LABEL,
+    INSPECT_TEMPLATE,
+    _sh,
+    compose_project,
+    release_dir,
+)
+
+
+def compose(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
+            compose_files: Sequence[str], *args: str) -> list[str]:
+    """``docker compose -p <deployment> --project-directory <release> -f … ARGS``."""
+    folder = release_dir(base_dir, deployment, release_id)
+    files: list[str] = []
+    for name in compose_files:
+        files += ["-f", name if name.startswith("/") else f"{folder}/{name}"]
+    return [*compose_cmd, "-p", compose_project(deployment), "--project-directory", folder,
+            *files, *args]
+
+
+def build(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
+          compose_files: Sequence[str]) -> list[str]:
+    """Build the release's image overlay (Dockerfile with patches, pip packages)."""
+    return compose(compose_cmd, base_dir, deployment, release_id, compose_files, "build")
+
+
+# Nanoseconds, not whole seconds: `up -d` of an unchanged compose project starts the same
+# container again (a re-gate), whose log still holds the previous run; its last lines,
+# written by the `stop` just before, fall in the same second as `date +%s`, and a boot log
+# read from there begins with that run's shutdown (the parser then calls it ready before
+# the new run's first line). `docker logs --since` takes ``<seconds>.<nanoseconds>``.
+UP_SCRIPT = "printf 'since=%s\\n' \"$(date +%s.%N)\"; exec \"$@\""
+SINCE_RE = re.compile(r"(\d+)(?:\.(\d{1,9}))?")
+
+
+def up(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
+       compose_files: Sequence[str]) -> list[str]:
+    """``up -d --remove-orphans`` of a release folder; first prints ``since=<node epoch>``
+    (with nanoseconds), the point from which its boot log is read (see
+    :func:`parse_since`)."""
+    return _sh(UP_SCRIPT, *compose(compose_cmd, base_dir, deployment, release_id,
+                                   compose_files, "up", "-d", "--remove-orphans"))
+
+
+def parse_since(output: str) -> str:
+    """The ``since=`` value of :func:`up`'s first line, as ``docker logs --since`` takes it:
+    ``<seconds>.<nanoseconds>``, or whole seconds where the node's ``date`` has no ``%N``
+    (busybox prints it as it is); ``0`` (the whole log) when there is none."""
+    first = output.splitlines()[0] if output else ""
+    match = SINCE_RE.match(first.partition("=")[2].strip())
+    if match is None:
+        return "0"
+    return f"{match[1]}.{match[2].ljust(9, '0')}" if match[2] else match[1]
+
+
+PULL_SCRIPT = (
+    # The images the release's compose files name, after every override (the simulated
+    # fleet's stand-in included); docker-compose v1 cannot list them: then `up` pulls.
+    'if ! images=$("$@" config --images 2>/dev/null); then echo "images unknown"; exit 0; fi; '
+    'for i in $images; do '
+    'if docker image inspect "$i" >/dev/null 2>&1; then echo "present $i"; '
+    'else echo "pull $i"; docker pull -q "$i" >/dev/null || exit 1; echo "pulled $i"; fi; '
+    'done'
+)
+
+
+def pull(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
+         compose_files: Sequence[str]) -> list[str]:
+    """Pull the release's images that the node does not have yet (prints ``present IMG``,
+    ``pull IMG``, ``pulled IMG`` lines). Run while the old engine still serves, so that
+    the downtime between stop and a healthy boot never includes a download; images are
+    never removed by servefleet, so a restore of the previous release never pulls."""
+    return _sh(PULL_SCRIPT, *compose(compose_cmd, base_dir, deployment, release_id,
+                                     compose_files))
+
+
+STOP_SCRIPT = (
+    'ids=$(docker ps -q --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
+    'shift; [ -z "$ids" ] || docker stop "$@" $ids >/dev/null'
+)
+
+
+def stop(deployment: str, *, grace_seconds: int | None = None) -> list[str]:
+    """Stop the deployment's running containers, found by compose label so that it works
+    even when the release folder they came from is gone. Docker waits for each container's
+    own stop grace period (the compose file's ``stop_grace_period``) unless
+    ``grace_seconds`` is given (a failed engine has nothing to finish)."""
+    args = [] if grace_seconds is None else ["-t", str(grace_seconds)]
+    return _sh(STOP_SCRIPT, compose_project(deployment), *args)
+
+
+CLEAR_SCRIPT = (
+    'ids=$(docker ps -aq --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
+    '[ -z "$ids" ] || { docker stop -t "$2" $ids >/dev/null; docker rm -f $ids >/dev/null; }'
+)
+
+
+def clear(deployment: str, *, grace_seconds: int) -> list[str]:
+    """Stop and remove every container of the deployment (running, half-stopped, or left
+    renamed by a cut ``compose up``), so that the next ``up`` creates the engine afresh and
+    the boot log read after it is that engine's alone."""
+    return _sh(CLEAR_SCRIPT, compose_project(deployment), str(grace_seconds))
+
+
+LOGS_SCRIPT = (
+    'c=$(docker ps -aq --latest --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
+    '[ -n "$c" ] || { echo "no container for deployment $1" >&2; exit 1; }; '
+    'shift; exec docker logs "$@" "$c"'
+)
+
+
+def logs(deployment: str, *, follow: bool = False, since: str | None = None,
+         tail: int | None = None) -> list[str]:
+    """``docker logs [--follow] [--since T] [--tail N]`` of the deployment's newest container
+    (stdout and stderr; the caller merges them)."""
+    args: list[str] = []
+    if follow:
+        args.append("--follow")
+    if since is not None:
+        args += ["--since", since]
+    if tail is not None:
+        args += ["--tail", str(tail)]
+    return _sh(LOGS_SCRIPT, compose_project(deployment), *args)
+
+
+def container_state(deployment: str) -> list[str]:
+    """The deployment's containers, one :data:`INSPECT_TEMPLATE` line each."""
+    return _sh(
+        'ids=$(docker ps -aq --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
+        '[ -z "$ids" ] || docker inspect --format "$2" $ids',
+        compose_project(deployment), INSPECT_TEMPLATE)

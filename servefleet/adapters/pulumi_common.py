@@ -1,0 +1,65 @@
+"""What the Pulumi providers share: Pulumi's values read back, engine flags as a property,
+quiet libraries and the progress lines ``pulumi up`` shows."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from servefleet.core.secrets import SecretMask
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _int(value: Any) -> int | None:
+    """Pulumi hands numbers over as floats: ``8000.0`` is the port 8000."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return int(value)
+    return None
+
+
+def flags_property(flags: Mapping[str, str | None]) -> dict[str, str | bool]:
+    """Engine flags as a Pulumi property: a flag without a value is ``true`` (Pulumi drops
+    ``null`` map entries, which would hide ``--enable-prefix-caching`` from state and diff)."""
+    return {flag: True if value is None else value for flag, value in flags.items()}
+
+
+SHOWN_PHASES = frozenset({"build", "stop", "up", "restore", "done"})
+"""Rollout phases reported while ``pulumi up`` runs (the boot log's own lines are not)."""
+
+
+def _quiet_libraries() -> None:
+    """paramiko logs every retried connection attempt with a traceback; the provider host
+    has no logging set up, so Python would print them and Pulumi would show them. The
+    transport's own error, after its retries, is what the operator needs."""
+    quiet = logging.getLogger("paramiko")
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+
+
+def progress_printer(mask: SecretMask) -> Callable[[Any], None]:
+    """A rollout progress callback printing one line per phase to stderr, which Pulumi
+    shows while the update runs."""
+
+    def show(event: Any) -> None:
+        if event.phase not in SHOWN_PHASES:
+            return
+        where = f"{event.node}/{event.deployment}" if event.deployment else event.node
+        detail = f": {event.message}" if event.message else ""
+        line = mask(f"servefleet: {where}: {event.phase}{detail} ({event.elapsed:.1f} s)\n")
+        # One write per line: nodes roll out in parallel threads of the provider host.
+        try:
+            sys.stderr.flush()
+            os.write(sys.stderr.fileno(), line.encode("utf-8", "replace"))
+        except (OSError, ValueError):  # a stderr without a file descriptor (captured)
+            sys.stderr.write(line)
+
+    return show

@@ -1,0 +1,246 @@
+"""The rollout's state machine on one node: observe and plan, lock, then per changed
+deployment preflight, stage, prepare, the ``before_stop`` hooks, stop, GPU check, start,
+boot and gate, the ``after_gate`` hooks, mark gated, switch ``current``, prune and audit
+(see :mod:`servefleet.adapters.rollout`). It acts only through its
+:class:`~servefleet.adapters.rollout.runtime.NodeRuntime`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from datetime import UTC
+from secrets import token_hex
+from typing import Any
+
+from servefleet.adapters.health_gate import HealthReport
+from servefleet.adapters.lock import whoami
+from servefleet.adapters.rollout.choose import choose_rollback
+from servefleet.adapters.rollout.recovery import Recovery
+from servefleet.adapters.rollout.results import (
+    DeploymentResult,
+    Failure,
+    GaveUp,
+    NodeResult,
+    StepFailed,
+)
+from servefleet.adapters.rollout.target import Target, target_for, target_from_manifest
+from servefleet.core.errors import ConfigError, ServefleetError
+from servefleet.core.models import Deployment
+from servefleet.core.observed import ObservedDeployment, ObservedNode
+from servefleet.core.plan import PlanItem, plan, recovery_notes
+from servefleet.core.render import RenderedRelease, manifest_for
+
+
+class NodeRollout(Recovery):
+    """Rollouts on one node (see the module docstring)."""
+
+    observe_key = ""
+    """The random key of the last observation's secret digests (see
+    :func:`servefleet.core.plan.rotated_secrets`): kept in memory only."""
+
+    def observe(self, deployments: Sequence[str]) -> ObservedNode:
+        """Read-only: the lock and the deployments' facts."""
+        self.observe_key = token_hex(32)
+        return self.runtime.observe(deployments, key=self.observe_key)
+
+    def plan(self, releases: Sequence[RenderedRelease]) -> tuple[ObservedNode, list[PlanItem]]:
+        """Observe and plan (read-only)."""
+        self.emit("observe")
+        observed = self.observe([r.deployment for r in releases])
+        items = []
+        for rendered in releases:
+            dep = observed.deployments.get(rendered.deployment)
+            items.append(dataclasses.replace(plan(
+                rendered, dep, secret_key=self.observe_key.encode()), recovery=recovery_notes(
+                observed.lock, dep, rendered.deployment),
+                node_baselines=observed.baselines_text))
+        return observed, items
+
+    def deploy(self, releases: Sequence[RenderedRelease],
+               deployments: Mapping[str, Deployment]) -> NodeResult:
+        """Bring every deployment of ``releases`` to its release."""
+        result = NodeResult(self.node.name)
+        _, items = self.plan(releases)
+        if not any(item.changes for item in items):
+            result.deployments = [self._unchanged(item) for item in items]
+            self.emit("done", message="unchanged")
+            return result
+        self.emit("lock")
+        # Re-observed under the lock: another rollout may have finished meanwhile.
+        self.observe_key = token_hex(32)
+        lock, observed = self.runtime.lock(
+            "deploy", self.clock.now(), unlock_id=self.unlock_id,
+            deployments=[r.deployment for r in releases], key=self.observe_key)
+        self.lock = lock
+        try:
+            if lock.taken_over is not None:
+                how = (f"of process {lock.taken_over.pid} on this machine, which is gone,"
+                       if lock.holder_gone else "abandoned")
+                self.emit("lock", message=f"took over the lock {how} "
+                          f"{lock.taken_over.where()}: repairing")
+            for rendered in releases:
+                dep = observed.deployments.get(rendered.deployment)
+                item = plan(rendered, dep, secret_key=self.observe_key.encode())
+                if not item.changes:
+                    result.deployments.append(self._unchanged(item))
+                    continue
+                if self.abort.requested:
+                    result.deployments.append(DeploymentResult(
+                        self.node.name, item.deployment, "skipped", item.release_id,
+                        item.current_release, plan=item, failure=Failure(
+                            "lock", f"not started: interrupted by {self.abort.signal_name}",
+                            "interrupted")))
+                    continue
+                target = self.target_for(rendered, deployments[rendered.deployment])
+                deployed = self.activate(target, dep, "deploy", item)
+                result.deployments.append(deployed)
+                if deployed.status == "interrupted":
+                    break
+        finally:
+            self.lock = None
+            lock.release()  # a no-op once abandoned: the lock then stays for the next run
+        self.emit("done", message=result.status)
+        return result
+
+    def _unchanged(self, item: PlanItem) -> DeploymentResult:
+        # Nothing to deploy, but a lock left by a rollout that died is still worth a word:
+        # only `servefleet unlock NODE LOCK_ID` removes it.
+        return DeploymentResult(self.node.name, item.deployment, "unchanged", item.release_id,
+                                item.current_release, plan=item,
+                                warnings=list(item.recovery))
+
+    def target_for(self, rendered: RenderedRelease, deployment: Deployment) -> Target:
+        """The target of a freshly rendered release."""
+        return target_for(self.project, self.node, rendered, deployment)
+
+    def target_from_manifest(self, deployment: str, release_id: str,
+                             manifest: Mapping[str, Any]) -> Target:
+        """The target of a release already on the node, described by its manifest."""
+        return target_from_manifest(self.project, self.node, deployment, release_id, manifest)
+
+    # -- one deployment -------------------------------------------------------------------
+    def activate(self, target: Target, observed: ObservedDeployment | None, operation: str,
+                 item: PlanItem | None = None) -> DeploymentResult:
+        """Make ``target`` the running, current release (under the node lock)."""
+        previous = observed.current_release if observed else None
+        result = DeploymentResult(self.node.name, target.deployment, "failed",
+                                  target.release_id, previous, plan=item)
+        touched = started = False
+        try:
+            try:
+                with self.phase(result, "preflight"):
+                    problems = self.runtime.preflight(target, observed)
+                    if problems:
+                        raise StepFailed("preflight", f"{self.node.name}: "
+                                         + "; ".join(problems))
+                if target.rendered is not None and (item is None or item.upload):
+                    with self.phase(result, "upload"):
+                        self.upload(target, repair=item is not None and item.repair)
+                with self.phase(result, "build" if target.builds_image else "pull"):
+                    self.runtime.prepare(target, lambda line: self.emit(
+                        "pull", target.deployment, line))
+                self.run_hooks(result, self.hooks.before_stop, target)
+                with self.phase(result, "stop"):
+                    # Set inside the phase: an abort caught at its start has touched
+                    # nothing, and "restoring" a release that never stopped would re-gate
+                    # an engine whose boot log is long past (and stop it when that fails).
+                    touched = True
+                    if observed is not None and observed.containers:
+                        self.runtime.stop(target.deployment)
+                with self.phase(result, "gpu"):
+                    self.gpu_check(target)
+                started = True
+                report = self.boot(result, target)
+                result.health = report
+                if not report.ok:
+                    raise StepFailed("health", report.summary(), report.failure_class,
+                                     report.evidence())
+                self.run_hooks(result, self.hooks.after_gate, target, report)
+                self.check_abort("switch")
+                self.commit(result, target, operation, previous, report)
+            except StepFailed as failed:
+                result.failure = failed.failure
+                self.recover(result, target, operation, touched, started, observed)
+        except GaveUp as gave_up:
+            self.give_up(result, target, operation, str(gave_up), started)
+        except KeyboardInterrupt:
+            # Outside any phase: bookkeeping after the switch, or stopping the failed
+            # engine before a restore. After the switch the release stands; before it, the
+            # node's state is recorded instead of restored.
+            self.abort.trip("SIGINT")
+            if result.status == "deployed":
+                result.warnings.append("interrupted after the switch: the prune or the "
+                                       "audit line may be missing")
+            else:
+                self.give_up(result, target, operation, "interrupted (SIGINT) while "
+                             "recovering", started)
+        return result
+
+    def commit(self, result: DeploymentResult, target: Target, operation: str,
+               previous: str | None, report: HealthReport) -> None:
+        """The gate passed: mark the engine gated, switch ``current`` (the commit point),
+        then prune and audit. Nothing after the switch undoes it: a failure there is a
+        warning on a deployment that did deploy."""
+        try:
+            self.mark_gated(target.deployment, target.release_id)
+        except ServefleetError as error:
+            result.warnings.append(f"gate mark not written (health and drift will call the "
+                                   f"engine ungated until the next deploy): {error}")
+        with self.phase(result, "switch"):
+            self.runtime.switch(target.deployment, target.release_id)
+        result.status = "deployed"
+        self.finish(result, target.deployment, [target.release_id, previous],
+                    self.audit_line(operation, target.deployment, target.release_id, "ok",
+                                    f"previous {previous or '-'}; {report.summary()}"
+                                    + self.gate_record(result, target, report)))
+
+    def finish(self, result: DeploymentResult, deployment: str, protect: Sequence[str | None],
+               audit_line: str) -> None:
+        """After the switch: prune, then audit; each failure is a warning."""
+        kept = [r for r in protect if r]
+        steps = (("prune old releases", lambda: self.runtime.prune(deployment, self.keep, kept)),
+                 ("append the audit line", lambda: self.runtime.audit(
+                     deployment, audit_line, timeout=120)))
+        for what, step in steps:
+            try:
+                step()
+            except ServefleetError as error:
+                result.warnings.append(f"{what} failed after the switch (the new release "
+                                       f"stays current): {error}")
+
+    def upload(self, target: Target, *, repair: bool = False) -> None:
+        """Send the release with its manifest. ``repair``: the release folder on the node
+        was edited there; it is moved aside to ``<id>.edited-<UTC time>`` (kept for
+        forensics, pruned like an old release) and the rendered files take its place."""
+        assert target.rendered is not None and target.deployment_model is not None
+        now = self.clock.now()
+        manifest = manifest_for(target.rendered, target.deployment_model,
+                                created_at=now, created_by=whoami())
+        manifest["boot_deadline_seconds"] = target.gate.boot_deadline_seconds
+        aside = f"edited-{now.astimezone(UTC):%Y%m%dT%H%M%SZ}" if repair else None
+        self.runtime.stage(target, manifest, aside)
+
+    # -- rollback -------------------------------------------------------------------------
+    def rollback(self, deployment: str, to: str | None = None) -> DeploymentResult:
+        """Make an earlier release current again (default: the one before ``current``)."""
+        self.emit("lock", deployment)
+        lock, observed_node = self.runtime.lock("rollback", self.clock.now(),
+                                                unlock_id=self.unlock_id,
+                                                deployments=[deployment])
+        self.lock = lock
+        try:
+            observed = observed_node.deployments.get(deployment)
+            if observed is None:
+                raise ConfigError(f"{self.node.name}: deployment {deployment!r} has never been "
+                                  "deployed here")
+            infos = self.runtime.releases(deployment)
+            chosen = choose_rollback(infos, observed.current_release, to,
+                                     f"{self.node.name}/{deployment}")
+            if chosen.manifest is None:
+                raise ConfigError(f"{self.node.name}/{deployment}: release "
+                                  f"{chosen.release_id} has no readable manifest")
+            target = self.target_from_manifest(deployment, chosen.release_id, chosen.manifest)
+            return self.activate(target, observed, "rollback")
+        finally:
+            self.lock = None
+            lock.release()
