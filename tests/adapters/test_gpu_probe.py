@@ -23,6 +23,7 @@ import pytest
 
 from servefleet.adapters.gpu_probe import probe_script as script
 from servefleet.adapters.gpu_probe import probe_script_source, run_probe, run_probe_locally
+from servefleet.adapters.node_script import PART_MARKER
 from servefleet.core import gpu as core
 from servefleet.core.errors import RemoteError
 from tests.shared_data import shared_missing
@@ -55,7 +56,8 @@ def recorded(name: str) -> str:
 
 
 def test_script_imports_only_the_standard_library() -> None:
-    tree = ast.parse(SCRIPT.read_text(), feature_version=(3, 7))
+    # What the node runs: the parts joined (a part's imports of earlier parts stay here).
+    tree = ast.parse(probe_script_source(), feature_version=(3, 7))
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -65,8 +67,10 @@ def test_script_imports_only_the_standard_library() -> None:
     assert imported - set(sys.stdlib_module_names) == {"pynvml"}
 
 
-def test_probe_script_source_is_the_file() -> None:
-    assert probe_script_source() == SCRIPT.read_bytes()
+def test_probe_script_source_is_the_parts_joined() -> None:
+    _, marker, body = SCRIPT.read_bytes().partition(f"\n{PART_MARKER}\n".encode())
+    assert marker
+    assert probe_script_source() == (SCRIPT.parent / "probe_parse.py").read_bytes() + body
 
 
 # --------------------------------------------------------------------------- twin parsers

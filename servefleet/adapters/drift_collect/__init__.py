@@ -1,11 +1,12 @@
 """Read what the drift check compares from nodes: one SSH connection and one command each.
 
 Per node, :func:`collect_node` opens one connection and runs one command, ``python3 -S -c
-BOOTSTRAP``; the collector (:mod:`servefleet.adapters.drift_collect.collector_script`), the
-request and the GPU probe's source arrive on its stdin. It prints one JSON document
-(release files hashed, the engine container inspected, the overlay marker, the latest
-boot's log, the node's baselines file, the GPU reading). The engine's version is asked over
-HTTP from this machine. The boot log is parsed here, with servefleet's boot-log parser.
+BOOTSTRAP``; the collector (:data:`COLLECTOR_PARTS`, joined into one program: see
+:mod:`servefleet.adapters.drift_collect.collector_pure`), the request and the GPU probe's
+source arrive on its stdin. It prints one JSON document (release files hashed, the engine
+container inspected, the overlay marker, the latest boot's log, the node's baselines file,
+the GPU reading). The engine's version is asked over HTTP from this machine. The boot log
+is parsed here, with servefleet's boot-log parser.
 
 :func:`collect_fleet` reads many nodes in parallel threads with a per-node deadline; a node
 that cannot be reached comes back as an observation that says so, never as an exception.
@@ -28,6 +29,7 @@ from pydantic import ValidationError
 
 from servefleet.adapters.gpu_probe import probe_script_source
 from servefleet.adapters.health_gate import http_get
+from servefleet.adapters.node_script import assemble
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.baselines import BASELINE_FILE
 from servefleet.core.bootlog import parse_bytes
@@ -101,11 +103,16 @@ class CollectOptions:
     """Connection attempts before a node is unreachable."""
 
 
+COLLECTOR_PARTS = ("collector_pure.py", "collector_children.py", "collector_script.py")
+"""The collector's parts, in the order they are joined into one program (see
+:mod:`servefleet.adapters.node_script`)."""
+
+
 def collector_source() -> str:
-    """The collector's source, as sent to the node, with the one env-file hasher
-    (:mod:`servefleet.core.envdigest`) appended: the node hashes ``engine.env`` exactly as
-    the renderer does."""
-    script = resources.files(__name__).joinpath("collector_script.py").read_text("utf-8")
+    """The collector's source, as sent to the node: its parts joined, with the one env-file
+    hasher (:mod:`servefleet.core.envdigest`) appended: the node hashes ``engine.env``
+    exactly as the renderer does."""
+    script = assemble(__name__, COLLECTOR_PARTS).decode("utf-8")
     hasher = resources.files("servefleet.core").joinpath("envdigest.py").read_text("utf-8")
     return f"{script}\n\n# ---- servefleet.core.envdigest ----\n{hasher}"
 
@@ -414,6 +421,7 @@ def collect_fleet(targets: Sequence[Target], options: CollectOptions | None = No
 
 __all__ = [
     "BASELINE_FILE",
+    "COLLECTOR_PARTS",
     "DEFAULT_TIMEOUT_SECONDS",
     "READY_MARKERS",
     "CollectOptions",

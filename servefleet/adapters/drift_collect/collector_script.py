@@ -1,323 +1,54 @@
-"""Drift collector that runs on a node and prints one JSON object: everything the nightly
-drift check compares, read in one round trip.
-
-servefleet sends this file on the stdin of a small bootstrap (``python3 -S -c …``, see
-:data:`servefleet.adapters.drift_collect.BOOTSTRAP`), which keeps it as a module in the SSH
-user's ``~/.cache/servefleet`` so it is compiled once, followed by the request (and the GPU
-probe's source) as Python literals and a call of :func:`main`. It must stay self-contained:
-standard library only, no servefleet imports, syntax that Python 3.7 still accepts. Nothing it
-prints contains a secret value: container environment values are hashed here, on the node,
-and only variables the control machine named as non-secret are sent in clear.
-
-It reads, per deployment of the request:
-
-- ``<base>/<deployment>/current`` and every file of that release, hashed (``engine.env`` in
-  its published form, names only, by :func:`servefleet.core.envdigest.hashed_env_text`, whose
-  source is appended to this one when it is sent), the release's manifest, and the digests
-  of the ``engine.env`` values (compared on the control machine, never written);
-- the compose project's containers through the ``docker`` CLI: ``docker inspect`` of the
-  engine container (state, restarts, command, environment, labels, image), ``docker image
-  inspect`` of its image and of the reference it names (a tag that moved), the overlay
-  marker from inside the container (``docker cp``, which needs no shell in the image), and
-  the log of the latest boot (from the container's last start up to the ready line,
-  zlib-compressed) for the control side's boot-log parser;
-and, once per node, the baselines files the request names (under the base directory) and
-the GPU probe's :func:`probe`, in a thread beside the docker calls.
-
-It is run once per node per check, so start-up cost is kept low: bytecode cached on the
-node, ``-S`` (``site`` is loaded only for the GPU probe, which may need pynvml from
-site-packages), no ``typing``, ``subprocess`` or ``threading`` import (children are started
-with ``os.posix_spawnp`` and run in parallel as processes), the C halves of ``hashlib`` and
-``json``, ``tarfile`` only when a marker is found.
-"""
+"""The drift collector's reads (release files, docker, the GPU probe) and its entry point,
+:func:`main`: the last part of the program sent to a node, after
+:mod:`servefleet.adapters.drift_collect.collector_pure` (whose docstring describes the
+program) and :mod:`servefleet.adapters.drift_collect.collector_children`. Imported here, this
+module gives every name of the program."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from servefleet.adapters.drift_collect.collector_children import (
+    READ_BYTES,
+    Child,
+    Deadline,
+    _on_alarm,
+    run,
+)
+from servefleet.adapters.drift_collect.collector_pure import (
+    _json,
+    container_facts,
+    env_digests,
+    hashed_env_list,
+    json_dumps,
+    json_loads,
+    pick_container,
+    resolve_ref,
+    sha256_hex,
+    value_digest,
+)
+
+__all__ = [  # the program's names
+    "COMPOSE_PROJECT_LABEL", "MAX_FILE_BYTES", "NEVER_STARTED", "PROJECT_PREFIX", "READ_BYTES",
+    "SCHEMA_VERSION", "Child", "Deadline", "boot_log_result", "collect_docker",
+    "container_facts", "env_digests", "hashed_env_list", "hashed_env_text", "json_dumps",
+    "json_loads", "main", "marker_result", "pick_container", "read_json_file", "read_release",
+    "resolve_ref", "run", "run_probe", "sha256_hex", "value_digest",
+]
+
+# isort: split
+# ---- node script part: the node gets the lines below, those above stay here ----
 import _thread
 import binascii
 import os
 import sys
 import zlib
 
-MYPY = False
-if MYPY:  # for the type checker only: importing typing costs ~10 ms per run
-    from typing import Any, ClassVar
-
 SCHEMA_VERSION = 1
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 PROJECT_PREFIX = "servefleet-"
 NEVER_STARTED = "0001-01-01T00:00:00Z"
 MAX_FILE_BYTES = 64 * 1024 * 1024
-READ_BYTES = 65536
-
-
-# --------------------------------------------------------------------------- start-up cost
-# ``hashlib`` loads OpenSSL and ``json`` compiles regular expressions at import: together
-# about two thirds of this script's start-up. The C modules underneath do the same work;
-# the public modules remain the fallback wherever those are missing or differ.
-
-
-def _sha256_type() -> Any:
-    for module in ("_sha2", "_sha256"):  # CPython 3.12+, older
-        try:
-            return __import__(module).sha256
-        except (ImportError, AttributeError):
-            continue
-    import hashlib
-
-    return hashlib.sha256
-
-
-class _ScanContext:
-    """What ``_json.make_scanner`` reads from a ``json.JSONDecoder``."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = float
-
-
-def _json_codec() -> tuple[Any, Any]:
-    """``(loads, dumps)`` built on ``_json`` (sorted keys, ASCII), else on ``json``."""
-    try:
-        import _json
-
-        scan = _json.make_scanner(_ScanContext())  # type: ignore[arg-type]
-        encode = _json.make_encoder(None, None,  # type: ignore[arg-type]
-                                    _json.encode_basestring_ascii, None, ": ", ", ", True,
-                                    False, True)
-        if scan("[1]", 0) != ([1], 3) or "".join(encode({"a": [None]}, 0)) != '{"a": [null]}':
-            raise ValueError("unexpected _json behaviour")
-    except Exception:
-        import json
-
-        return json.loads, lambda value: json.dumps(value, sort_keys=True)
-
-    def loads(text: str) -> Any:
-        text = text.strip()
-        try:
-            value, end = scan(text, 0)
-        except StopIteration:
-            raise ValueError("not JSON") from None
-        if end != len(text):
-            raise ValueError("extra data after JSON")
-        return value
-
-    return loads, lambda value: "".join(encode(value, 0))
-
-
-_SHA256 = _sha256_type()
-json_loads, json_dumps = _json_codec()
-
-
-# --------------------------------------------------------------------------- pure helpers
-
-
-def sha256_hex(data: bytes) -> str:
-    """sha256 hex digest."""
-    return str(_SHA256(data).hexdigest())
-
-
-def value_digest(value: str) -> str:
-    """``sha256:<hex>`` of a value: how secrets are compared and shown."""
-    return "sha256:" + sha256_hex(value.encode("utf-8", "surrogateescape"))
-
-
-def env_digests(content: bytes) -> dict[str, str]:
-    """``NAME`` → ``sha256:`` digest of its value, for each assignment of an env file: the
-    answer to the control machine, which compares it with the secret it holds and shows
-    only "differs"; unlike the file hashes it is never written to a manifest or an output."""
-    digests = {}
-    for line in content.decode("utf-8", "replace").splitlines():
-        name, sep, value = line.partition("=")
-        if line.startswith("#") or not sep:
-            continue
-        if len(value) >= 2 and value[0] == value[-1] == "'":
-            value = value[1:-1]
-        digests[name.strip()] = value_digest(value)
-    return digests
-
-
-def hashed_env_list(env: list[str] | None, plain: set[str]) -> dict[str, dict[str, str]]:
-    """A container's ``Config.Env`` with every value hashed; names in ``plain`` keep theirs."""
-    result: dict[str, dict[str, str]] = {}
-    for entry in env or []:
-        name, _, value = entry.partition("=")
-        item = {"sha256": value_digest(value)}
-        if name in plain:
-            item["value"] = value
-        result[name] = item
-    return result
-
-
-def pick_container(inspected: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The container that serves: a running one, else the most recently created."""
-    if not inspected:
-        return None
-    running = [c for c in inspected if (c.get("State") or {}).get("Status") == "running"]
-    pool = running or inspected
-    return sorted(pool, key=lambda c: str(c.get("Created") or ""))[-1]
-
-
-def container_facts(raw: dict[str, Any], plain: set[str]) -> dict[str, Any]:
-    """The fields of one ``docker inspect`` object that drift compares (env hashed)."""
-    state = raw.get("State") or {}
-    config = raw.get("Config") or {}
-    cmd = config.get("Cmd")
-    return {
-        "id": raw.get("Id") or "",
-        "name": str(raw.get("Name") or "").lstrip("/"),
-        "status": state.get("Status") or "unknown",
-        "exit_code": int(state.get("ExitCode") or 0),
-        "oom_killed": bool(state.get("OOMKilled")),
-        "restart_count": int(raw.get("RestartCount") or 0),
-        "started_at": state.get("StartedAt") or None,
-        "health": (state.get("Health") or {}).get("Status") or None,
-        "command": list(cmd) if isinstance(cmd, list) else None,
-        "env": hashed_env_list(config.get("Env"), plain),
-        "labels": config.get("Labels") or {},
-        "image_ref": config.get("Image") or None,
-        "image_id": raw.get("Image") or None,
-    }
-
-
-def _short_ref(ref: str) -> str:
-    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/"):
-        if ref.startswith(prefix):
-            return ref[len(prefix):]
-    return ref
-
-
-def resolve_ref(ref: str, images: list[dict[str, Any]]) -> str | None:
-    """The ID of the image ``ref`` names among ``images`` (``docker image inspect``
-    objects): by digest for ``name@sha256:…``, by tag otherwise (``:latest`` implied)."""
-    if ref.startswith("sha256:"):
-        return ref if any(i.get("Id") == ref for i in images) else None
-    _, at, digest = ref.partition("@")
-    if at:
-        for image in images:
-            if any(str(d).endswith("@" + digest) for d in image.get("RepoDigests") or []):
-                return image.get("Id")
-        return None
-    tagged = ref if ":" in ref.rsplit("/", 1)[-1] else ref + ":latest"
-    wanted = {_short_ref(tagged), tagged}
-    for image in images:
-        if wanted & {_short_ref(str(t)) for t in image.get("RepoTags") or []}:
-            return image.get("Id")
-    return None
-
-
-# --------------------------------------------------------------------------- children
-
-
-class Deadline(Exception):
-    """The request's deadline passed (raised by the alarm in the main thread)."""
-
-
-def _on_alarm(signum: int, frame: Any) -> None:
-    raise Deadline()
-
-
-def _spawn(argv: list[str], out_fd: int, err_fd: int) -> int:
-    """Start ``argv`` (looked up on PATH) with stdin from /dev/null; its pid."""
-    if hasattr(os, "posix_spawnp"):  # Python 3.8+
-        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                   (os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, err_fd, 2)]
-        return os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions)
-    import subprocess
-
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_fd,
-                            stderr=err_fd).pid
-
-
-class Child:
-    """A command started with its stdout (and stderr) on pipes; runs until :meth:`finish`."""
-
-    live: ClassVar[dict[int, Child]] = {}
-    """Children started and not yet reaped, by pid."""
-
-    def __init__(self, argv: list[str], *, merge_stderr: bool = False) -> None:
-        self.argv = argv
-        self.pid = 0
-        self.error = ""
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        try:
-            self.pid = _spawn(argv, out_w, out_w if merge_stderr else err_w)
-        except FileNotFoundError:
-            self.error = f"{argv[0]}: command not found"
-        except OSError as error:
-            self.error = f"{argv[0]}: {error.strerror or error}"
-        finally:
-            os.close(out_w)
-            os.close(err_w)
-        self.out_fd, self.err_fd = out_r, err_r
-        if self.pid:
-            Child.live[self.pid] = self
-
-    def finish(self, stop: list[bytes] | None = None,
-               limit: int | None = None) -> tuple[int, bytes, str]:
-        """``(status, stdout, last stderr line)``; 127 when it could not start. With
-        ``stop``/``limit`` the child is killed once a marker was read or ``limit`` bytes."""
-        chunks: list[bytes] = []
-        size = 0
-        cut = False
-        try:
-            if not self.pid:
-                return 127, b"", self.error
-            tail = b""
-            while True:
-                data = os.read(self.out_fd, READ_BYTES)
-                if not data:
-                    break
-                chunks.append(data)
-                size += len(data)
-                window = tail + data
-                if stop and any(marker in window for marker in stop):
-                    cut = True
-                    break
-                if limit is not None and size >= limit:
-                    cut = True
-                    break
-                tail = window[-256:]
-            if cut:
-                self.kill()
-            err = b"" if cut else os.read(self.err_fd, READ_BYTES)
-            _, status = os.waitpid(self.pid, 0)
-            Child.live.pop(self.pid, None)
-            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
-            lines = err.decode("utf-8", "replace").strip().splitlines()
-            return (0 if cut else code), b"".join(chunks), lines[-1] if lines else ""
-        finally:
-            os.close(self.out_fd)
-            os.close(self.err_fd)
-
-    def kill(self) -> None:
-        """Stop the child (it is reaped by :meth:`finish`)."""
-        try:
-            os.kill(self.pid, 9)
-        except OSError:
-            return  # already gone
-
-    @classmethod
-    def kill_all(cls) -> None:
-        """Stop every child still running (the deadline passed)."""
-        for child in list(cls.live.values()):
-            child.kill()
-
-
-def run(argv: list[str]) -> tuple[int, bytes, str]:
-    """Run a command to its end; ``(status, stdout, last stderr line)``."""
-    return Child(argv).finish()
-
-
-def _json(data: bytes) -> Any:
-    try:
-        return json_loads(data.decode("utf-8") or "null")
-    except ValueError:
-        return None
 
 
 # --------------------------------------------------------------------------- reads

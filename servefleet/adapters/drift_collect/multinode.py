@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from servefleet.adapters.drift_collect import CollectOptions, DeploymentQuery, collect_fleet
 from servefleet.adapters.drift_collect.check import _node_items, _Planned
-from servefleet.adapters.multinode import rank_role
+from servefleet.adapters.multinode_result import rank_role
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.drift import DriftItem, DriftKind, merged_engine_service
 from servefleet.core.errors import RenderError

@@ -1,8 +1,10 @@
 """Run the GPU probe script on a node (or here) and parse what it prints.
 
-The script (:mod:`servefleet.adapters.gpu_probe.probe_script`) is sent as ``python3 -`` on
-stdin, so nothing needs installing on the node beyond python3; it reads NVML through pynvml
-when present and falls back to nvidia-smi.
+The script is sent as ``python3 -`` on stdin, so nothing needs installing on the node beyond
+python3; it reads NVML through pynvml when present and falls back to nvidia-smi. It is kept
+in two parts, joined into one program when sent (:data:`PROBE_PARTS`): the pure parsing
+(:mod:`.probe_parse`, which describes the program) and the reads with the entry point
+(:mod:`.probe_script`).
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from importlib import resources
 
+from servefleet.adapters.node_script import assemble
 from servefleet.core.errors import RemoteError
 from servefleet.core.gpu import GpuProbeResult, parse_probe_json
 
@@ -21,11 +23,14 @@ provides it: runs ``argv`` on the node with ``stdin`` fed to it."""
 
 PROBE_TIMEOUT_SECONDS = 120
 """Local runs only: the script's own nvidia-smi calls give up after 30 s each."""
+PROBE_PARTS = ("probe_parse.py", "probe_script.py")
+"""The probe script's parts, in the order they are joined (see
+:mod:`servefleet.adapters.node_script`)."""
 
 
 def probe_script_source() -> bytes:
-    """The probe script's source, as sent to the node."""
-    return resources.files(__name__).joinpath("probe_script.py").read_bytes()
+    """The probe script's source, as sent to the node: its parts joined into one program."""
+    return assemble(__name__, PROBE_PARTS)
 
 
 def _text(data: bytes | str) -> str:
@@ -71,4 +76,4 @@ def run_probe_locally(*, python: str = sys.executable, python_args: Sequence[str
     return run_probe(run_here, node="localhost", python=python, cuda=cuda)
 
 
-__all__ = ["RunRemote", "probe_script_source", "run_probe", "run_probe_locally"]
+__all__ = ["PROBE_PARTS", "RunRemote", "probe_script_source", "run_probe", "run_probe_locally"]

@@ -1,39 +1,9 @@
-"""Health of the deployments running on live nodes: what ``servefleet health`` checks.
-
-Per deployment, over the node's one SSH connection:
-
-1. **observe** (the rollout's read-only command): the current release, its manifest (which
-   profile, which port) and the compose project's containers;
-2. **read the engine's log** with timestamps, together with the node clock and the node's
-   KV-pool baselines (one command); lines from before the container's last start belong
-   to earlier runs (a restart means the engine died: the earlier run's failure is shown);
-3. **boot checks**: the boot log of the current run parsed and held to the profile's
-   expectations (the health gate's boot checks); a boot still in progress inside the
-   profile's deadline is reported as *booting* with the phase its log reached (not a
-   failure), or followed until ready with ``wait``;
-4. **HTTP probes** (:mod:`servefleet.adapters.probes`); when the engine stops answering
-   during them, the log is read again for the reason (e.g. the TurboQuant assertion);
-5. **baselines** (:mod:`servefleet.core.baselines`): the KV pool against the node's baseline
-   of the profile, and with speculative decoding against the profile without it; a healthy
-   deployment without a baseline (or whose profile changed) records its pool as the new one.
-
-Baselines are kept on the node, in ``<base_dir>/.servefleet-baselines.json``, written
-atomically (a temporary file renamed over it). These checks are the file's only writer: the
-drift check reads it. A rollout's gate (:func:`gate_checks`) also records there the image
-its healthy boot ran, for the drift check's image comparison.
-"""
+"""One deployment's health over an open transport (:class:`DeploymentCheck`): observe, read
+the log, boot checks, HTTP probes, baselines (see :mod:`servefleet.adapters.node_health`)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import contextlib
-import re
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servefleet.adapters import remote
@@ -45,20 +15,32 @@ from servefleet.adapters.boot_follow import (
 )
 from servefleet.adapters.health_gate import BOOT_CHECKS, GateSpec, check_outcome, headline_facts
 from servefleet.adapters.lock import NodeLock
-from servefleet.adapters.probes import API_KEY_SECRETS, EngineClient, Send, run_probes
+from servefleet.adapters.node_health.options import HealthOptions, api_key_for
+from servefleet.adapters.node_health.read import (
+    LOG_TIMEOUT_SECONDS,
+    TAIL_EVIDENCE,
+    NodeRead,
+    _tail,
+    epoch_of,
+    parse_lines,
+    parse_read,
+    read_log_and_baselines,
+    since_of_stamp,
+    split_runs,
+    stamp_key,
+    write_baselines,
+)
+from servefleet.adapters.probes import EngineClient, run_probes
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.baselines import (
-    BASELINE_FILE,
-    BaselineBook,
     check_against_baseline,
     check_smaller_than,
-    parse_book,
     record,
     record_image,
 )
-from servefleet.core.bootlog import BootFacts, BootLogParser
+from servefleet.core.bootlog import BootFacts
 from servefleet.core.bootlog.phase import boot_phase
-from servefleet.core.errors import ConfigError, LockHeld, RemoteError, ServefleetError
+from servefleet.core.errors import LockHeld, RemoteError
 from servefleet.core.expectations import derive_expectations
 from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow, rows_pass
 from servefleet.core.kvplan.gate import check_against_prediction, expectations_with_prediction
@@ -66,212 +48,13 @@ from servefleet.core.models import Node, Profile
 from servefleet.core.observed import ObservedContainer, ObservedDeployment, parse_observation
 from servefleet.core.plan import ungated_reason
 from servefleet.core.project import PROFILES_DIR, Project, profile_identity
-from servefleet.core.secrets import SecretMask
 
-LOG_TIMEOUT_SECONDS = 120
 RESTART_POLICY = "on-failure:3"
 """The rendered compose file's restart policy: Docker gives up after three restarts."""
-TAIL_EVIDENCE = 8
-"""Last log lines shown when a log proves neither ready nor failed."""
 RELOG_GRACE_SECONDS = 1.0
 """After the engine stopped answering, wait this long so its dying words reach the log."""
 
-# -- remote commands (argv builders, as in servefleet.adapters.remote) ----------------------
-READ_SCRIPT = (
-    'base=$1; dep=$2; '
-    "printf 'now=%s\\n' \"$(date -u +%s)\"; "
-    'f=$base/' + BASELINE_FILE + '; '
-    "printf 'baselines='; if [ -r \"$f\" ]; then base64 < \"$f\" | tr -d '\\n'; fi; echo; "
-    'c=$(docker ps -aq --latest --filter "label=' + remote.COMPOSE_PROJECT_LABEL + '=$dep") '
-    '|| exit 1; '
-    "[ -n \"$c\" ] || { printf '@@no-container\\n'; exit 0; }; "
-    "printf 'image=%s\\n' \"$(docker inspect --format '{{.Image}}' \"$c\" 2>/dev/null)\"; "
-    "printf '@@log\\n'; exec docker logs --timestamps \"$c\" 2>&1"
-)
 
-
-def read_log_and_baselines(base_dir: str, deployment: str) -> list[str]:
-    """Read-only: the node's clock (``now=<epoch>``), its baselines file (``baselines=`` +
-    base64), the image ID of the deployment's newest container (``image=``), then ``@@log``
-    and that container's log with docker's timestamps, stdout and stderr merged in order."""
-    return ["sh", "-c", READ_SCRIPT, "sh", base_dir.rstrip("/"),
-            remote.compose_project(deployment)]
-
-
-WRITE_SCRIPT = (
-    'f=$1/' + BASELINE_FILE + '; tmp=$f.tmp.$$; '
-    'cat > "$tmp" && mv -f "$tmp" "$f"'
-)
-
-
-def write_baselines(base_dir: str) -> list[str]:
-    """Replace the node's baselines file with stdin (written to a temporary file, then
-    renamed, so a reader never sees half a file)."""
-    return ["sh", "-c", WRITE_SCRIPT, "sh", base_dir.rstrip("/")]
-
-
-# -- reading the answers ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class NodeRead:
-    """The answer of :func:`read_log_and_baselines`."""
-
-    now: float | None
-    """The node's clock (epoch seconds)."""
-    book: BaselineBook
-    """The node's baselines."""
-    book_problem: str | None
-    """Why the baselines file could not be read (then it is treated as empty)."""
-    lines: tuple[bytes, ...]
-    """Log lines, each starting with docker's RFC 3339 timestamp; empty: no container."""
-    has_container: bool
-    """The deployment has a container."""
-    image_id: str | None = None
-    """Image ID (``sha256:…``) of the deployment's newest container."""
-
-
-def parse_read(text: bytes) -> NodeRead:
-    """Split the answer of :func:`read_log_and_baselines`."""
-    head, marker, log = text.partition(b"@@log\n")
-    now: float | None = None
-    image_id: str | None = None
-    book, problem = BaselineBook(), None
-    has_container = bool(marker)
-    for raw in head.splitlines():
-        line = raw.decode("utf-8", "replace")
-        if line.startswith("now="):
-            with contextlib.suppress(ValueError):
-                now = float(line[4:])
-        elif line.startswith("image=sha256:"):
-            image_id = line[6:].strip()
-        elif line.startswith("baselines=") and line[10:].strip():
-            try:
-                decoded = base64.b64decode(line[10:].strip(), validate=True)
-            except (binascii.Error, ValueError):
-                decoded = b"not base64"
-            book, problem = parse_book(decoded.decode("utf-8", "replace"))
-    return NodeRead(now, book, problem, tuple(log.splitlines(keepends=True)), has_container,
-                    image_id)
-
-
-STAMP_RE = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z\s")
-
-
-def stamp_key(stamp: bytes | str) -> tuple[str, int] | None:
-    """``2026-11-21T10:00:03.5Z`` → ``("2026-11-21T10:00:03", 500000000)``: comparable
-    whatever the number of fraction digits (docker trims trailing zeros in ``inspect``,
-    pads them in ``logs --timestamps``)."""
-    raw = stamp.encode() if isinstance(stamp, str) else stamp
-    match = STAMP_RE.match(raw.rstrip() + b" ")
-    if match is None:
-        return None
-    fraction = (match.group(2) or b"").decode()
-    return match.group(1).decode(), int(fraction.ljust(9, "0")) if fraction else 0
-
-
-def epoch_of(stamp: str | None) -> float | None:
-    """Epoch seconds of an RFC 3339 UTC time from docker; ``None`` for docker's zero time."""
-    key = stamp_key(stamp) if stamp else None
-    if key is None or key[0].startswith("0001-"):
-        return None
-    seconds = datetime.strptime(key[0], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
-    return seconds + key[1] / 1e9
-
-
-def key_of_epoch(epoch: float) -> tuple[str, int]:
-    """The :func:`stamp_key` of an epoch time."""
-    moment = datetime.fromtimestamp(int(epoch), UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S"), round((epoch - int(epoch)) * 1e9)
-
-
-def since_of_stamp(stamp: str | None) -> str:
-    """``docker logs --since`` of a container's ``StartedAt``, to the nanosecond
-    (``<seconds>.<nanoseconds>``): whole seconds would let in the last lines of the run
-    before a restart, written in the same second; ``0`` (the whole log) when unknown."""
-    key = stamp_key(stamp) if stamp else None
-    if key is None or key[0].startswith("0001-"):
-        return "0"
-    seconds = datetime.strptime(key[0], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
-    return f"{int(seconds)}.{key[1]:09d}"
-
-
-def split_runs(lines: Iterable[bytes], started_at: str | float | None
-               ) -> tuple[list[bytes], list[bytes]]:
-    """Log lines before the container's last start (an RFC 3339 time from docker, or epoch
-    seconds) — earlier runs — and since it."""
-    if isinstance(started_at, int | float):
-        start: tuple[str, int] | None = key_of_epoch(started_at)
-    else:
-        start = stamp_key(started_at) if started_at else None
-    earlier: list[bytes] = []
-    current: list[bytes] = []
-    for line in lines:
-        key = stamp_key(line)
-        if start is not None and key is not None and key < start:
-            earlier.append(line)
-        else:
-            current.append(line)
-    return earlier, current
-
-
-def parse_lines(lines: Iterable[bytes], engine: str) -> BootFacts:
-    """Boot facts of log lines (docker timestamps are understood by the parser)."""
-    parser = BootLogParser(engine if engine in ("vllm", "llama.cpp", "sglang") else "auto")
-    for line in lines:
-        parser.feed(line)
-    return parser.close()
-
-
-def _tail(lines: Sequence[bytes], mask: SecretMask, count: int = TAIL_EVIDENCE) -> tuple[str, ...]:
-    shown = []
-    for raw in lines[-count:]:
-        text = raw.decode("utf-8", "replace").rstrip("\r\n")
-        key = stamp_key(raw)
-        if key is not None:
-            text = text.split(" ", 1)[1] if " " in text else ""
-        shown.append(mask(text[-300:]))
-    return tuple(shown)
-
-
-# -- options ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class HealthOptions:
-    """How ``servefleet health`` checks."""
-
-    determinism: bool | None = None
-    """Run the determinism probe: ``None`` = as the profile says (``health.determinism.probe``)."""
-    chat: bool | None = None
-    """Send the chat probe: ``None`` = as the profile says (``health.chat_probe``)."""
-    wait: bool = False
-    """Follow a boot in progress until it is ready (or the profile's deadline) instead of
-    reporting it as booting."""
-    wait_seconds: float | None = None
-    """With ``wait``: follow at most this long (``None``: until the profile's deadline); a
-    boot still in progress then, inside its deadline, is reported as booting."""
-    record_baselines: bool = True
-    """Record the KV pool of a healthy deployment that has no baseline (or a changed
-    profile) on the node."""
-    rebaseline: bool = False
-    """Record the current pool as the baseline even when one exists (the operator accepts
-    the new pool)."""
-    secrets: Mapping[str, str] = field(default_factory=dict)
-    """Secret values by name: API keys for the probes; all of them are masked."""
-    now: Callable[[], datetime] = lambda: datetime.now(UTC)
-    """Wall-clock time of recorded baselines."""
-    clock: Callable[[], float] = time.monotonic
-    """Monotonic clock for deadlines."""
-    sleep: Callable[[float], None] = time.sleep
-    """Wait (before re-reading a log)."""
-    http_send: Send | None = None
-    """How probes send requests (default: urllib)."""
-
-
-def api_key_for(profile: Profile, secrets: Mapping[str, str]) -> str | None:
-    """The API key the engine of ``profile`` expects, when its secrets include one."""
-    return next((secrets[name] for name in API_KEY_SECRETS
-                 if name in profile.secret_env and secrets.get(name)), None)
-
-
-# -- one deployment --------------------------------------------------------------------------
 def _pick_container(observed: ObservedDeployment) -> ObservedContainer | None:
     running = [c for c in observed.containers if c.running]
     if running:
@@ -320,7 +103,7 @@ class DeploymentCheck:
         return parse_read(done.stdout)
 
     def run(self) -> DeploymentHealth:
-        """Every check; see the module docstring."""
+        """Every check; see :mod:`servefleet.adapters.node_health`."""
         assert self.project is not None
         name, dep = self.node.name, self.deployment
         text = self.transport.run(remote.observe(self.node.base_dir, [dep]), idempotent=True,
@@ -375,13 +158,17 @@ class DeploymentCheck:
     def result(self, profile: Profile, release: str | None, url: str,
                facts: Mapping[str, Any]) -> DeploymentHealth:
         """The deployment's report, every text masked."""
-        mask = self.transport.mask
-        rows = tuple(CheckRow(r.fact, mask(r.expected), mask(r.observed), r.verdict,
-                              tuple(mask(e) for e in r.evidence)) for r in self.rows)
+        rows = tuple(self.masked_rows())
         return DeploymentHealth(node=self.node.name, deployment=self.deployment, rows=rows,
                                 profile=profile.name, release_id=release, url=url,
                                 failure_class=self.failure_class, facts=dict(facts),
                                 boot_phase=self.boot_phase)
+
+    def masked_rows(self) -> list[CheckRow]:
+        """The rows so far, every text masked."""
+        mask = self.transport.mask
+        return [CheckRow(r.fact, mask(r.expected), mask(r.observed), r.verdict,
+                         tuple(mask(e) for e in r.evidence)) for r in self.rows]
 
     # -- the parts ------------------------------------------------------------------------
     def profile_rows(self, profile: Profile, manifest: Mapping[str, Any]) -> list[CheckRow]:
@@ -594,96 +381,3 @@ class DeploymentCheck:
         finally:
             lock.release()
         return True
-
-
-def check_deployment(project: Project, node: Node, deployment: str, transport: SshTransport,
-                     options: HealthOptions | None = None) -> DeploymentHealth:
-    """The health of one deployment (see the module docstring)."""
-    return DeploymentCheck(project, node, deployment, transport, options or HealthOptions()
-                           ).run()
-
-
-def gate_checks(transport: SshTransport, node: Node, profile: Profile, deployment: str, *,
-                release_id: str | None, facts: BootFacts, base_url: str,
-                since: float | None, options: HealthOptions | None = None,
-                project: Project | None = None) -> tuple[list[CheckRow], str | None]:
-    """What a rollout's health gate can add once its own checks passed (the boot is ready,
-    ``/health`` and ``/v1/models`` answered): the rest of the HTTP probes (version, chat,
-    metrics, the TurboQuant long prompt, determinism when the profile asks for it) and the
-    KV pool against the node's baselines. A healthy boot's pool is recorded as the
-    baseline, and the image it ran as the deployment's image (what the drift check compares
-    with). ``since`` is the node time (epoch seconds) the engine was started at.
-
-    With ``project`` (its pinned model configs), the pool is also checked against the KV
-    planner's prediction, as ``servefleet health`` does.
-
-    Returns the rows and the failure class when the engine died during the probes.
-    """
-    checker = DeploymentCheck(project, node, deployment, transport,
-                              options or HealthOptions())
-    read = checker.read()
-    probes_ok = checker.probe(profile, base_url, since, basic=False)
-    checker.baseline_rows(profile, facts, read,
-                          derive_expectations(profile, node).kv_smaller_than)
-    if probes_ok:
-        checker.record(profile, facts, read, release_id, image=True)
-    mask = transport.mask
-    rows = [CheckRow(r.fact, mask(r.expected), mask(r.observed), r.verdict,
-                     tuple(mask(e) for e in r.evidence)) for r in checker.rows]
-    return rows, checker.failure_class
-
-
-# -- the fleet -------------------------------------------------------------------------------
-TransportFactory = Callable[[Node, SecretMask], SshTransport]
-
-
-def _default_transport(node: Node, mask: SecretMask) -> SshTransport:
-    return SshTransport(node, mask=mask)
-
-
-def targets(project: Project, nodes: Sequence[str] | None = None,
-            deployments: Sequence[str] | None = None) -> dict[str, list[str]]:
-    """Node → deployments to check: the stack's deployments on ``nodes`` (default: all),
-    optionally only those named ``deployments``."""
-    chosen: dict[str, list[str]] = {}
-    for dep in project.deployments(list(nodes) if nodes else None):
-        if deployments and dep.name not in deployments:
-            continue
-        chosen.setdefault(dep.node, []).append(dep.name)
-    if not chosen:
-        raise ConfigError(f"stack {project.stack.stack!r} places no deployment "
-                          f"{'named ' + ', '.join(deployments) + ' ' if deployments else ''}"
-                          f"on {', '.join(nodes or []) or 'any node'}")
-    return chosen
-
-
-def check_fleet(project: Project, nodes: Sequence[str] | None = None, *,
-                deployments: Sequence[str] | None = None,
-                options: HealthOptions | None = None,
-                transport_factory: TransportFactory = _default_transport,
-                ) -> list[DeploymentHealth]:
-    """The health of every chosen deployment, nodes in parallel (one connection each)."""
-    options = options or HealthOptions()
-    chosen = targets(project, nodes, deployments)
-    mask = SecretMask.from_mapping(options.secrets)
-
-    def one(name: str) -> list[DeploymentHealth]:
-        node = project.nodes[name]
-        found: list[DeploymentHealth] = []
-        try:
-            with transport_factory(node, mask) as transport:
-                for dep in chosen[name]:
-                    try:
-                        found.append(check_deployment(project, node, dep, transport, options))
-                    except RemoteError as error:
-                        # One deployment's command failed; the node may still answer.
-                        found.append(DeploymentHealth(name, dep, (), error=mask(str(error))))
-        except ServefleetError as error:
-            done = {r.deployment for r in found}
-            found += [DeploymentHealth(name, dep, (), error=mask(str(error)))
-                      for dep in chosen[name] if dep not in done]
-        return found
-
-    with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
-        return [r for batch in pool.map(one, list(chosen)) for r in batch]
-

@@ -1,0 +1,95 @@
+"""A whole probe run: every probe of the profile's engine, in order."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from servefleet.adapters.probes.client import EngineClient
+from servefleet.adapters.probes.llamacpp import probe_llamacpp_metrics, probe_props, probe_slots
+from servefleet.adapters.probes.shared import (
+    ProbeResults,
+    probe_chat,
+    probe_determinism,
+    probe_health,
+    probe_models,
+)
+from servefleet.adapters.probes.vllm import probe_long_prompt, probe_version, probe_vllm_metrics
+from servefleet.core.expectations import ExpectedHealth
+from servefleet.core.health_table import CheckRow
+from servefleet.core.models import Profile
+
+
+def _down(rows: Sequence[CheckRow]) -> bool:
+    """A row shows the engine gone: nothing answered, or a 5xx on a request."""
+    return any(r.verdict == "fail" and ("no answer (" in r.observed or
+                                        re.search(r"\bHTTP 5\d\d\b", r.observed))
+               for r in rows)
+
+
+def run_probes(client: EngineClient, profile: Profile, *, chat: bool | None = None,
+               determinism: bool | None = None, basic: bool = True,
+               expected: ExpectedHealth | None = None) -> ProbeResults:
+    """Every probe of the profile's engine, in order; stops when nothing answers any more.
+
+    ``chat`` and ``determinism`` override the profile's ``health.chat_probe`` and
+    ``health.determinism.probe``; ``basic=False`` leaves out ``/health`` and ``/v1/models``
+    (for a caller that has checked them already). ``expected`` (the node's
+    :class:`ExpectedHealth`) says what the engine should report where it differs from the
+    profile: its version and KV dtype on a simulated node's CPU build. The
+    continuation-prefill probe (TurboQuant KV) runs last: on an engine that has the bug it
+    kills the engine.
+    """
+    results = ProbeResults()
+    rows = results.rows
+    chat = profile.health.chat_probe if chat is None else chat
+    determinism = profile.health.determinism.probe if determinism is None else determinism
+    if basic:
+        health = probe_health(client, profile.engine)
+        rows.append(health)
+        if health.verdict == "fail" and "no answer (" in health.observed:
+            results.engine_down = True
+            return results
+    served = profile.model.served_name
+    version = expected.engine_version if expected is not None else profile.engine_version
+    if expected is not None:
+        kv_dtype = expected.kv_cache_dtype
+    else:
+        kv_dtype = profile.vllm.kv_cache_dtype if profile.vllm else None
+    steps: list[Callable[[], list[CheckRow]]] = []
+    if profile.engine == "vllm":
+        max_len = profile.vllm.max_model_len if profile.vllm else None
+        if basic:
+            steps.append(lambda: probe_models(client, served, max_len))
+        steps.append(lambda: [probe_version(client, version)])
+    else:
+        slots: list[int | None] = [None]
+
+        def props() -> list[CheckRow]:
+            found, slots[0] = probe_props(client, profile, version, results.facts)
+            return found
+
+        if basic:
+            steps.append(lambda: probe_models(client, served, None))
+        steps += [props, lambda: [probe_slots(client, slots[0])]]
+    if chat:
+        steps.append(lambda: [probe_chat(client, served, results)])
+    if determinism:
+        steps.append(lambda: [probe_determinism(client, profile, results)])
+    if profile.engine == "vllm":
+        steps.append(lambda: probe_vllm_metrics(client, profile, kv_dtype))
+
+        def long_prompt() -> list[CheckRow]:
+            row = probe_long_prompt(client, profile)
+            return [] if row is None else [row]
+
+        steps.append(long_prompt)
+    else:
+        steps.append(lambda: probe_llamacpp_metrics(client, profile))
+    for step in steps:
+        found = step()
+        rows.extend(found)
+        if _down(found):
+            results.engine_down = True
+            break
+    return results
