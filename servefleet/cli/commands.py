@@ -8,15 +8,16 @@ command's heavy imports never slow down another. Registering a command is one li
 from __future__ import annotations
 
 ALL: dict[str, str] = {
+    "init": "servefleet.cli.init:init_command",
     "validate": "servefleet.cli.validate:validate_command",
     "show": "servefleet.cli.render:show_command",
     "diff-profiles": "servefleet.cli.render:diff_profiles_command",
     "render": "servefleet.cli.render:render_command",
-    "plan": "servefleet.cli.deploy:plan_command",
+    "plan": "servefleet.cli.plan:plan_command",
     "deploy": "servefleet.cli.deploy:deploy_command",
-    "rollback": "servefleet.cli.deploy:rollback_command",
-    "unlock": "servefleet.cli.deploy:unlock_command",
-    "releases": "servefleet.cli.deploy:releases_command",
+    "rollback": "servefleet.cli.releases:rollback_command",
+    "unlock": "servefleet.cli.releases:unlock_command",
+    "releases": "servefleet.cli.releases:releases_command",
     "history": "servefleet.cli.history:history_command",
     "logs": "servefleet.cli.logs:logs_group",
     "health": "servefleet.cli.health:health_command",
@@ -25,6 +26,7 @@ ALL: dict[str, str] = {
     "watch": "servefleet.cli.watch:watch_group",
     "probe": "servefleet.cli.nodes:probe_command",
     "keyscan": "servefleet.cli.nodes:keyscan_command",
+    "doctor": "servefleet.cli.doctor:doctor_command",
     "tune": "servefleet.cli.tune:tune_command",
     "schema": "servefleet.cli.schema:schema_command",
     "sim": "servefleet.cli.sim:sim",

@@ -123,7 +123,7 @@ def node_logs_command(obj: CliContext, node: str, deployment: str, follow: bool,
                       tail: int) -> None:
     """Print the engine log of NODE's deployment (stdout and stderr, as written)."""
     from servefleet.adapters import rollout
-    from servefleet.cli.deploy import node_secrets
+    from servefleet.cli.rollout_common import node_secrets
     from servefleet.core.project import load_project
 
     project = load_project(obj.project_dir, obj.stack)

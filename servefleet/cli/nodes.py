@@ -14,17 +14,20 @@ if TYPE_CHECKING:
     from servefleet.core.models import Node
 
 
-def _node(obj: CliContext, name: str) -> Node:
+def _node(obj: CliContext, name: str) -> tuple[Node, str]:
+    """The node and its inventory file; a node whose file did not load is refused with
+    that file's errors, not as unknown."""
     from servefleet.core.errors import ConfigError
-    from servefleet.core.project import load_nodes
+    from servefleet.core.project import load_nodes, unloaded_nodes
     from servefleet.core.suggest import unknown_name
 
-    nodes, _, problems = load_nodes(obj.project_dir)
+    nodes, files, problems = load_nodes(obj.project_dir)
     if name not in nodes:
-        if problems:
-            raise ConfigError(problems)
-        raise ConfigError(unknown_name("node", name, nodes, "nodes/"))
-    return nodes[name]
+        unloaded = unloaded_nodes(obj.project_dir, nodes, problems)
+        if name in unloaded:
+            raise ConfigError(unloaded[name])
+        raise ConfigError([*problems, unknown_name("node", name, nodes, "nodes/")])
+    return nodes[name], files[name]
 
 
 @click.command("probe")
@@ -41,7 +44,7 @@ def probe_command(obj: CliContext, node: str, as_json: bool) -> None:
     from servefleet.adapters.ssh import SshTransport
     from servefleet.core.gpu import compare_with_inventory, foreign_processes
 
-    target = _node(obj, node)
+    target, _ = _node(obj, node)
     with SshTransport(target) as transport:
         def run_remote(argv: Sequence[str], stdin: bytes) -> tuple[int, bytes, bytes]:
             done = transport.run(argv, stdin=stdin, check=False, timeout=60,
@@ -92,15 +95,18 @@ def probe_command(obj: CliContext, node: str, as_json: bool) -> None:
               type=click.Choice(["ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512"]))
 @click.pass_obj
 def keyscan_command(obj: CliContext, node: str, key_type: str) -> None:
-    """Print NODE's SSH host key line and fingerprint for pinning in its inventory file.
+    """Print NODE's SSH host key line (stdout) and its fingerprint (stderr) for pinning.
 
     Compare the fingerprint with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the
-    node's console before pasting the line under ssh.host_keys: servefleet never trusts a key
-    on first use.
+    node's console before pasting the line under ssh.host_keys in its inventory file:
+    servefleet never trusts a key on first use. A line `ssh-keyscan` prints (host name
+    first) is accepted there too.
     """
     from servefleet.adapters.keyscan import scan_host_key
 
-    scanned = scan_host_key(_node(obj, node), key_type)
-    click.echo(f"# {node}: fingerprint {scanned.fingerprint} (check it on the node's console)",
-               err=True)
+    target, file = _node(obj, node)
+    scanned = scan_host_key(target, key_type)
+    click.echo(f"# {node}: fingerprint {scanned.fingerprint}: check it on the node's console "
+               "(`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), then paste the line "
+               f"below under ssh.host_keys in {file}", err=True)
     click.echo(scanned.line)

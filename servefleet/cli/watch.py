@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,13 +115,22 @@ class WatchGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-@click.group("watch", cls=WatchGroup)
+ONCE_EXIT_HELP = (
+    "Exit status with --once (from the last sample): 0 every deployment healthy, idle or "
+    "starting, 2 one wedged, crash-looping or down, 1 error (a node unreachable, so its "
+    "deployments unknown; a configuration error). Without --once it runs until stopped.")
+"""The exit status of ``watch --once``, in ``watch --help`` and ``watch run --help``."""
+
+
+@click.group("watch", cls=WatchGroup, help=(
+    "Watch every engine for wedges, crash loops and outages, and recover them "
+    "(`servefleet watch [NODES] [--once] [--json]`, options: `servefleet watch run --help`; "
+    f"`servefleet watch install`).\n\n{ONCE_EXIT_HELP}"))
 def watch_group() -> None:
-    """Watch every engine for wedges, crash loops and outages, and recover them
-    (`servefleet watch [NODES] [--once] [--json]`; `servefleet watch install`)."""
+    """``watch`` runs the watcher (the ``run`` sub-command) or installs its unit."""
 
 
-@watch_group.command("run")
+@watch_group.command("run", epilog=ONCE_EXIT_HELP)
 @click.argument("nodes", nargs=-1)
 @click.option("--once", is_flag=True,
               help="Take samples for one wedge window (wedgeIntervals + 1 reads), act, exit.")
@@ -141,8 +150,7 @@ def watch_run(ctx: CliContext, nodes: tuple[str, ...], once: bool, as_json: bool
     restarts, /health, the engine's /metrics counters, a one-token canary, GPU power.
 
     States: healthy, idle, starting, wedged, crash_looping, down (unknown while a node does
-    not answer; the others are still watched). Exit status with --once: 0 when nothing was
-    wedged, crash-looping or down, 2 otherwise, 1 on a configuration error.
+    not answer; the others are still watched).
     """
     from rich.console import Console
 
@@ -199,7 +207,16 @@ def watch_run(ctx: CliContext, nodes: tuple[str, ...], once: bool, as_json: bool
         watcher.wait_for_recoveries(timeout=None if once else 1)
         watcher.close()
     if once:
-        sys.exit(2 if any(e.state in TROUBLE for e in last) else 0)
+        sys.exit(once_exit_code(last, TROUBLE))
+
+
+def once_exit_code(events: Sequence[WatchEvent], trouble: Collection[str]) -> int:
+    """``watch --once``'s exit status, as ``drift``'s: 1 when a deployment could not be
+    read (``unknown``: its node did not answer) or none was, 2 when one is in trouble,
+    else 0."""
+    if not events or any(e.state == "unknown" for e in events):
+        return 1
+    return 2 if any(e.state in trouble for e in events) else 0
 
 
 def render_unit(project_dir: Path, stack: str, *, servefleet: list[str], notify_cmd: str | None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from servefleet.core.suggest import closest
 # YAML 1.1 turns unquoted 0.21, on/off/yes/no and 2026-05-05 into numbers, booleans and
 # dates; where a string was expected, say so, because the file looks right to a reader.
 _STRING_EXPECTED = {"string_type", "literal_error", "enum"}
+# The values in pydantic's "expected" of a Literal or enum error: "'a', 'b' or 'c'".
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -87,12 +90,16 @@ def describe(
             "function-after", "literal", "str", "int", "float", "bool"})))
         message = str(item["msg"])
         message = message.removeprefix("Value error, ")
+        suggestion = _closest_allowed(item)
         if item["type"] == "extra_forbidden":
             message = _unknown_field(model, tuple(item["loc"]), schema)
         elif item["type"] == "missing":
             message = "required field is missing"
+        elif suggestion is not None:
+            message = suggestion
         got = ""
-        if item["type"] not in {"missing", "extra_forbidden"} and "input" in item:
+        if suggestion is None and item["type"] not in {"missing", "extra_forbidden"} \
+                and "input" in item:
             value = item["input"]
             if not isinstance(value, dict | list):
                 got = f" (got {_shown(value)})"
@@ -104,6 +111,28 @@ def describe(
         file = source_of(tuple(item["loc"])) if source_of is not None else source
         lines.append(f"{file}: {path}: {message}{got}")
     return lines
+
+
+def _closest_allowed(item: Any) -> str | None:
+    """``unknown value 'fp8_e4m4' (did you mean 'fp8_e4m3'?; allowed: …)`` for a string
+    that is close to one of a Literal's or an enum's values; ``None`` otherwise (the
+    pydantic message then stands)."""
+    value = item.get("input")
+    expected = (item.get("ctx") or {}).get("expected")
+    if item["type"] not in {"literal_error", "enum"} or not isinstance(value, str) \
+            or not isinstance(expected, str):
+        return None
+    allowed = [match.group(1) for match in _QUOTED.finditer(expected)]
+    by_lower = {choice.lower(): choice for choice in allowed}
+    match = closest(value, allowed)
+    if match is None and value.lower() in by_lower:
+        match = by_lower[value.lower()]
+    elif match is None:
+        found = closest(value.lower(), by_lower)
+        match = by_lower[found] if found is not None else None
+    if match is None:
+        return None
+    return f"unknown value {_shown(value)} (did you mean {match!r}?; allowed: {expected})"
 
 
 def _unknown_field(model: type[BaseModel] | None, loc: tuple[Any, ...],

@@ -34,7 +34,11 @@ def test_plan_reports_nodes_it_cannot_verify(run: Run, project: Path) -> None:
     result = run("plan", "--json", env={"HF_TOKEN": "hf_x_cli_test"})
     assert result.exit_code == 1
     data = json.loads(result.output)
-    assert data["plan"] == []
+    # Every node refused (no host key pinned): its deployments come from git alone.
+    assert {(i["node"], i["deployment"], i["action"], i["compared_with"])
+            for i in data["plan"]} == {
+        ("dgx-spark-1", "main", "unknown", "git"), ("dgx-spark-1", "nomtp", "unknown", "git"),
+        ("dgx-spark-2", "main", "unknown", "git"), ("rtx5090", "main", "unknown", "git")}
     assert {e["error_kind"] for e in data["errors"]} == {"HostKeyMismatch"}
     assert all("no host key is pinned" in e["error"] for e in data["errors"])
     assert data["missing_secrets"] == []

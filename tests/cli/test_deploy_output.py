@@ -10,7 +10,7 @@ from rich.console import Console
 
 from servefleet.adapters.multinode import MultiNodeResult
 from servefleet.adapters.rollout import DeploymentResult, Failure, NodeResult, Restore
-from servefleet.cli.deploy import print_multinode_results, print_results
+from servefleet.cli.results import print_multinode_results, print_results
 
 FAILURE = Failure(phase="boot", message="KV cache does not fit", failure_class="kv_cache_oom",
                   evidence=("ValueError: No available memory for the cache blocks.",))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from click.testing import Result
 
-from servefleet.cli.deploy import node_line
+from servefleet.cli.rollout_common import node_line
 
 Run = Callable[..., Result]
 UNREACHABLE = "dgx-spark-1: cannot reach dgx-spark-1.lan:22 (connection refused)"

@@ -10,7 +10,8 @@ from pathlib import Path
 from click.testing import Result
 
 from servefleet.adapters.watch.fleet import WatchEvent
-from servefleet.cli.watch import prometheus_text
+from servefleet.cli.watch import once_exit_code, prometheus_text
+from servefleet.core.watch.classify import TROUBLE
 
 Run = Callable[..., Result]
 
@@ -39,14 +40,14 @@ def test_prometheus_text_one_state_set_per_deployment() -> None:
     assert text.count("# TYPE") == 3
 
 
-def test_once_with_unreachable_nodes_reports_unknown_and_exits(run: Run, project: Path,
-                                                               tmp_path: Path) -> None:
+def test_once_with_unreachable_nodes_reports_unknown_and_exits_1(run: Run, project: Path,
+                                                                 tmp_path: Path) -> None:
     # The reference nodes pin no host key: servefleet never connects, as to a dead node.
     stack = project / "Pulumi.reference.yaml"
     stack.write_text(stack.read_text() + "  servefleet:watch:\n    wedgeIntervals: 2\n")
     prom = tmp_path / "watch.prom"
     result = run("watch", "--once", "--json", "--interval", "1", "--textfile", str(prom))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     events = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
     assert events and {e["state"] for e in events} == {"unknown"}
     assert {e["action"] for e in events} == {"none"}
@@ -58,3 +59,21 @@ def test_unknown_node_is_one_line_error(run: Run) -> None:
     result = run("watch", "no-such-node", "--once")
     assert result.exit_code == 1
     assert "no-such-node" in result.output
+
+
+def test_once_exit_status_follows_drift_s_convention() -> None:
+    def events(*states: str) -> list[WatchEvent]:
+        return [WatchEvent("sample", "n", f"d{i}", state, "", "t")
+                for i, state in enumerate(states)]
+
+    assert once_exit_code(events("healthy", "idle", "starting"), TROUBLE) == 0
+    assert once_exit_code(events("healthy", "wedged"), TROUBLE) == 2
+    assert once_exit_code(events("down", "unknown"), TROUBLE) == 1
+    assert once_exit_code([], TROUBLE) == 1
+
+
+def test_watch_help_documents_the_exit_status(run: Run) -> None:
+    text = " ".join(run("watch", "--help").output.split())
+    assert ("Exit status with --once (from the last sample): 0 every deployment healthy, idle "
+            "or starting, 2 one wedged, crash-looping or down, 1 error (a node unreachable, "
+            "so its deployments unknown; a configuration error).") in text

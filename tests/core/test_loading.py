@@ -325,4 +325,5 @@ def test_hostile_stack_name(project_dir: Path):
 
 def test_missing_stack_file(project_dir: Path):
     assert problems_of(project_dir, stack="prod") == [
-        f"Pulumi.prod.yaml: no such stack file (stacks here: {STACK})"]
+        f"Pulumi.prod.yaml: no such stack file in {project_dir} (stacks here: {STACK}); pick "
+        f"one with --stack {STACK} (or export SERVEFLEET_STACK={STACK})"]

@@ -88,8 +88,48 @@ def test_typo_in_extends(root: Path) -> None:
 
 def test_typo_in_the_stack_name(root: Path) -> None:
     assert _problems(root, "referense") == [
-        "Pulumi.referense.yaml: no such stack file (did you mean 'reference'?; stacks here: "
-        "reference)"]
+        f"Pulumi.referense.yaml: no such stack file in {root} (did you mean 'reference'?; "
+        "stacks here: reference); pick one with --stack reference (or export "
+        "SERVEFLEET_STACK=reference)"]
+
+
+def test_missing_stack_file_names_the_stacks_there_and_how_to_pick(root: Path) -> None:
+    shutil.copy(root / "Pulumi.reference.yaml", root / "Pulumi.home.yaml")
+    assert _problems(root, "sim") == [
+        f"Pulumi.sim.yaml: no such stack file in {root} (stacks here: home, reference); "
+        "pick one with --stack NAME (or export SERVEFLEET_STACK=NAME)"]
+    for stack in root.glob("Pulumi.*.yaml"):
+        stack.unlink()
+    assert _problems(root, "sim") == [
+        f"Pulumi.sim.yaml: no such stack file, and no stack files at all in {root}: run "
+        "servefleet inside your config repo (the folder with Pulumi.yaml and "
+        "Pulumi.<stack>.yaml), or pass --project DIR"]
+
+
+def test_typo_in_an_enum_value_suggests_the_closest(root: Path) -> None:
+    _edit(root / "profiles/qwen36-fp8.yaml", "kv_cache_dtype: fp8_e4m3", "kv_cache_dtype: fp8_e4m4")
+    problems = _problems(root)
+    assert problems[0] == (
+        "profiles/qwen36-fp8.yaml: vllm.kv_cache_dtype: unknown value 'fp8_e4m4' (did you "
+        "mean 'fp8_e4m3'?; allowed: 'auto', 'float16', 'bfloat16', 'fp8', 'fp8_e4m3', "
+        "'fp8_e5m2', 'fp8_inc', 'fp8_ds_mla', 'nvfp4_ds_mla', 'turboquant_k8v4', "
+        "'turboquant_4bit_nc', 'turboquant_k3v4_nc', 'turboquant_3bit_nc', 'octave_k3v4', "
+        "'octave_k3v3', 'octave_k3v3_compact', 'ultraquant_4bit', 'int4_per_token_head', "
+        "'int8_per_token_head', 'fp8_per_token_head', 'nvfp4' or 'nvfp4_4over6')")
+
+
+def test_enum_value_in_the_wrong_case_and_in_the_stack(root: Path) -> None:
+    _edit(root / "Pulumi.reference.yaml", "strategy: rolling", "strategy: Rolling")
+    assert _problems(root) == [
+        "Pulumi.reference.yaml: servefleet:strategy: unknown value 'Rolling' (did you mean "
+        "'rolling'?; allowed: 'parallel' or 'rolling')"]
+
+
+def test_enum_value_far_from_every_allowed_one_keeps_pydantic_s_message(root: Path) -> None:
+    _edit(root / "Pulumi.reference.yaml", "strategy: rolling", "strategy: yolo")
+    assert _problems(root) == [
+        "Pulumi.reference.yaml: servefleet:strategy: Input should be 'parallel' or 'rolling' "
+        "(got 'yolo')"]
 
 
 def test_typo_in_a_stack_setting(root: Path) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from servefleet.core.hostkeys import normalize_host_key
 from servefleet.core.models.common import (
     AbsPath,
     Name,
@@ -20,10 +21,6 @@ from servefleet.core.models.common import (
 if TYPE_CHECKING:
     from servefleet.core.gpu import ExpectedGpuFacts
 
-HOST_KEY_RE = re.compile(
-    r"^(ssh-ed25519|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|ssh-rsa)"
-    r" [A-Za-z0-9+/]+={0,3}( .*)?\Z"
-)
 HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
 OVERRIDE_PATH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*\Z")
 COMPUTE_CAPABILITY_RE = re.compile(r"^\d{1,2}\.\d\Z")
@@ -41,21 +38,16 @@ class SshSettings(StrictModel):
     agent: bool = False
     """Use keys from a running ssh-agent (``SSH_AUTH_SOCK``)."""
     host_keys: list[Text] = Field(default_factory=list)
-    """Pinned host public keys (``ssh-ed25519 AAAA…``). A node presenting any other key is
-    refused; there is no trust-on-first-use."""
+    """Pinned host public keys (``ssh-ed25519 AAAA…``; a line as ``ssh-keyscan`` prints it,
+    host name first, is taken as it is). A node presenting any other key is refused; there
+    is no trust-on-first-use."""
     connect_timeout_seconds: float = Field(10.0, gt=0, le=300)
     """Give up connecting after this many seconds (retried with backoff)."""
 
     @field_validator("host_keys")
     @classmethod
     def _host_keys_are_openssh_lines(cls, keys: list[str]) -> list[str]:
-        for key in keys:
-            if not HOST_KEY_RE.match(key.strip()):
-                raise ValueError(
-                    f"{key[:40]!r}… is not an OpenSSH public key line; paste the output of "
-                    "`ssh-keyscan -t ed25519 HOST` without the host name"
-                )
-        return [k.strip() for k in keys]
+        return [normalize_host_key(key) for key in keys]
 
     @model_validator(mode="after")
     def _some_way_to_authenticate(self) -> SshSettings:

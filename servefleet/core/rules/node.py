@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import shlex
 from collections import defaultdict
 from collections.abc import Iterator
 
+from servefleet.core.hostkeys import pin_advice
 from servefleet.core.rules.base import Issue, NodeContext, Placement, Severity, node_rule
 
 
@@ -22,8 +22,7 @@ def ssh_host_key_not_pinned(ctx: NodeContext) -> Iterator[Issue]:
                  "a key on first use"),
         why="SSH host keys are pinned in the inventory; an unknown key could be a "
             "man-in-the-middle",
-        fix=(f"run `ssh-keyscan -t ed25519 -- {shlex.quote(node.address)}`, check the "
-             "fingerprint on the node's console, and paste the key line into ssh.host_keys"),
+        fix=pin_advice(node.name, node.address),
     )
 
 
