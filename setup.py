@@ -1,8 +1,10 @@
-"""Build hook: the wheel carries ``templates/`` and ``healthchecks/``.
+"""Build hook: the wheel carries ``templates/``, ``healthchecks/`` and ``profiles/``.
 
-Both folders stay at the top of the repository (one copy in git, where operators look for
+The folders stay at the top of the repository (one copy in git, where operators look for
 them); building copies them into the package as ``servefleet/_data/<folder>``, which
-:mod:`servefleet.core.resources` finds in an installed wheel. Everything else is configured
+:mod:`servefleet.core.resources` finds in an installed wheel (``servefleet init`` copies the
+profiles, with the ``models/`` and ``patches/`` files they name, into a new config repo; it
+writes ``schemas/`` from the installed models). Everything else is configured
 in ``pyproject.toml``.
 """
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-DATA_FOLDERS = ("templates", "healthchecks")
+DATA_FOLDERS = ("templates", "healthchecks", "profiles")
 
 
 class BuildWithData(build_py):

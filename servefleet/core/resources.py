@@ -1,4 +1,5 @@
-"""Where the data folders servefleet ships (``templates/``, ``healthchecks/``) are.
+"""Where the data folders servefleet ships (``templates/``, ``healthchecks/``, ``profiles/``)
+are.
 
 In a checkout they are top-level folders of the repository; in an installed wheel the build
 (``setup.py``) has copied them into the package as ``servefleet/_data/<name>``. The packaged
@@ -15,7 +16,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 def shipped_dir(name: str) -> Path:
-    """The shipped data folder ``name`` (``templates`` or ``healthchecks``)."""
+    """The shipped data folder ``name`` (``templates``, ``healthchecks`` or ``profiles``)."""
     packaged = PACKAGE_DIR / "_data" / name
     if packaged.is_dir():
         return packaged
