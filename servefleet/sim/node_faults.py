@@ -6,8 +6,10 @@ Each fault acts on the real processes and files of the node, as it would on a ma
 ``cut_ssh_sessions`` kills the per-connection sshd processes (the client sees its
 connection reset mid-command, the remote command loses its session); ``stop_sshd`` takes
 the daemon down with every session, and ``start_sshd`` brings it back with the same host
-key; ``fill_disk`` makes a folder's file system refuse new files (ENOSPC) until
-``free_disk``. Used by the fault suite (``bench/fault_suite.py``) and fleet tests.
+key; ``stop_dockerd`` stops the node's Docker Engine (as ``systemctl stop docker``: its
+containers stop with it) until ``start_dockerd``; ``fill_disk`` makes a folder's file system
+refuse new files (ENOSPC) until ``free_disk``. Used by the fault suite
+(``bench/fault_suite.py``) and fleet tests.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import subprocess
 from pathlib import Path
 
 from servefleet.core.errors import SimError
-from servefleet.sim import procs, sshd, state
+from servefleet.sim import dockerd, procs, sshd, state
 from servefleet.sim.layout import SimLayout
 
 FILLER = ".servefleet-sim-filler"
@@ -86,6 +88,38 @@ def start_sshd(layout: SimLayout, name: str) -> None:
         nodes = {**current.nodes, name: node.model_copy(update={"sshd": record})}
         state.save(layout, current.model_copy(update={"nodes": nodes}))
     sshd.wait_ready(node.spec, files, record)
+
+
+def stop_dockerd(layout: SimLayout, name: str) -> None:
+    """Stop the node's dockerd and its containerd, as ``systemctl stop docker`` would: the
+    daemon stops its running containers and the socket stops answering. Its data root
+    (images, stopped containers) stays for :func:`start_dockerd`."""
+    with state.locked(layout):
+        node = _node_state(layout, name)
+        for record in (node.dockerd, node.containerd):
+            if record is not None and procs.is_alive(record):
+                procs.stop(record, timeout=15.0)
+        # dockerd leaves its network sandbox's bind mount under the exec root.
+        dockerd.unmount_below(layout.node(name).docker_exec / "netns")
+
+
+def start_dockerd(layout: SimLayout, name: str) -> None:
+    """Start the node's containerd and dockerd again (same data root and settings) and wait
+    until dockerd answers."""
+    with state.locked(layout):
+        current = state.load(layout)
+        node = _node_state(layout, name)
+        if node.dockerd is not None and procs.is_alive(node.dockerd):
+            return
+        files = layout.node(name)
+        driver = current.storage_driver or dockerd.detect_storage_driver(layout.root)
+        containerd, engine = dockerd.start_engine(
+            data_root=files.docker_data, exec_root=files.docker_exec, config_dir=files.root,
+            log=files.dockerd_log, storage_driver=driver, netns=node.spec.netns, name=name)
+        updated = node.model_copy(update={"containerd": containerd, "dockerd": engine})
+        state.save(layout, current.model_copy(update={"nodes": {**current.nodes,
+                                                                 name: updated}}))
+    dockerd.wait_ready(files.docker_sock, engine, name=name, log=files.dockerd_log)
 
 
 def mount_small_disk(folder: Path, *, inodes: int = 4096, size_mib: int = 256) -> None:
