@@ -22,7 +22,8 @@ shared machine wall time mostly measures the neighbours; wall-time figures are p
 beside. Then the peak memory traced while parsing 25, 50 and 100 MB, which should not grow
 with the file.
 
-Run: ``python bench/bench_bootlog.py [--mb 100] [--keep DIR]``.
+Run: ``python bench/bench_bootlog.py [--mb 100] [--runs 3] [--keep DIR]`` (the memory
+figures are taken at a quarter, half and all of ``--mb``; smallest run: ``--mb 4 --runs 1``).
 """
 
 from __future__ import annotations
@@ -227,9 +228,10 @@ def main() -> None:
                   f"{rate(grep_c):>14} {grep[1] / parse[1]:>12.2f} "
                   f"{grep_c[1] / parse[1]:>14.2f}   outcome={facts.outcome}")
         print("peak traced memory of parse_file (KiB):")
+        sizes = sorted({max(1, args.mb // 4), max(1, args.mb // 2), args.mb})
         for shape in ("steady", "dense"):
             peaks = []
-            for mb in (25, 50, 100):
+            for mb in sizes:
                 path = workdir / f"{shape}-{mb}.log"
                 if not path.exists():
                     write_log(path, mb * MB, dense=shape == "dense")

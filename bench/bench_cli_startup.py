@@ -17,7 +17,10 @@ wall time and as CPU time (user + system of the child): on a shared
 machine the wall time also measures the neighbours. Goals: ``--help`` ≤ 3× the floor, ``logs
 parse`` ≤ 3× (floor + parse). The ratios use the CPU medians; wall ratios are printed beside.
 
-Run: ``.venv/bin/python bench/bench_cli_startup.py [--runs 15] [--mb 5]``.
+Exit 1 when a goal is missed, unless ``--report-only``.
+
+Run: ``.venv/bin/python bench/bench_cli_startup.py [--runs 15] [--mb 5] [--report-only]``
+(smallest: ``--runs 1 --mb 1 --report-only``).
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15, help="runs per command (median kept)")
     parser.add_argument("--mb", type=int, default=5, help="size of the parsed log (MB)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="print each goal's verdict but exit 0 when one is missed")
     args = parser.parse_args()
     python = sys.executable
     servefleet = [python, "-m", "servefleet.cli.main"]
@@ -112,7 +117,7 @@ def main() -> None:
         print(f"{name:<30} wall {wall * 1000:7.1f} ms   cpu {cpu * 1000:7.1f} ms   "
               f"ratio cpu {ratio:4.2f} (wall {wall / base_wall:4.2f})   "
               f"{'ok' if ratio <= GOAL else 'OVER'} (goal ≤ {GOAL:g}×)")
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if failed and not args.report_only else 0)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,14 @@
 
 The 50 sshd-only nodes live in a state folder and project folder of their own, on address
 slots 10.77.150.2 onwards (removed at the end), so a running test fleet is left alone. (a)
-deploys to the running 3-node fleet as a deployment of its own (``bench`` on port 18080).
-Prints times and ratios.
+deploys to the 3-node fleet as a deployment of its own (``bench`` on port 18080), removed at
+the end unless ``--keep``. Prints times and ratios.
 
     python bench/bench_deploy.py [--nodes 50] [--runs 3] [--skip a|b] [--no-ansible]
-                                 [--profile NODE=PROFILE]
+                                 [--no-pyinfra] [--profile NODE=PROFILE] [--no-sim-up] [--keep]
+
+Smallest run: ``--nodes 2 --runs 1 --no-ansible --no-pyinfra`` (``--no-sim-up`` where a
+test session's fleet runs already).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ import paramiko
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from servefleet.adapters import remote  # noqa: E402
+from servefleet.adapters import compose_commands, remote  # noqa: E402
 from servefleet.adapters.releases import checksum_lines, release_files, tar_bytes  # noqa: E402
 from servefleet.adapters.rollout import deploy  # noqa: E402
 from servefleet.adapters.ssh import SshTransport  # noqa: E402
@@ -62,6 +65,10 @@ from servefleet.sim import fleet  # noqa: E402
 from servefleet.sim.spec import MAX_NODES, RTX_5090, NodeSpec, fleet_specs  # noqa: E402
 
 SECRETS = {"HF_TOKEN": "hf_bench_not_a_real_token"}
+BENCH_PORT = 18080
+"""Port of (a)'s own deployment ``bench``: none of the stack's or the tests' deployments
+use it; the bench adds it to the nodes' ports (the inventory lists the others)."""
+PROJECT_DIRS = ("profiles", "templates", "healthchecks")
 
 
 def timed(job: Callable[[], object]) -> float:
@@ -114,42 +121,65 @@ def plain_run(client: paramiko.SSHClient, argv: list[str], stdin: bytes = b"") -
 
 
 # -- (a) no-op deploy ------------------------------------------------------------------------
-def bench_noop(runs: int, overrides: dict[str, str]) -> None:
+def bench_noop(runs: int, overrides: dict[str, str], *, sim_up: bool, keep: bool) -> None:
     print("== (a) no-op deploy of the 3-node sim stack")
-    fleet.up(fleet_specs(3), project_dir=REPO, say=lambda m: print(f"   sim: {m}"))
+    if sim_up:
+        fleet.up(fleet_specs(3), project_dir=REPO, say=lambda m: print(f"   sim: {m}"))
     project = load_project(REPO, "sim")
+    missing = [n for n in project.stack.nodes if n not in project.nodes]
+    if missing:
+        raise SystemExit(f"no inventory for {', '.join(missing)} in nodes/sim: start the "
+                         "fleet (`servefleet sim up`) or leave out --no-sim-up")
     # The stack's profiles as a deployment of the benchmark's own (port 18080), so the
     # stack's `main` deployments, which tests and the demo drive, are left alone.
     deployments = [Deployment(node=d.node, name="bench", profile=overrides.get(d.node, d.profile),
-                              port=18080) for d in project.stack.deployments]
+                              port=BENCH_PORT) for d in project.stack.deployments]
+    nodes_with_port = {name: node.model_copy(update={"ports": [*node.ports, BENCH_PORT]})
+                       for name, node in project.nodes.items()}
     project = dataclasses.replace(
-        project, stack=project.stack.model_copy(update={"deployments": deployments}))
-    first = deploy(project, secrets=SECRETS)
-    for result in first:
-        if not result.ok:
-            raise SystemExit(f"initial deploy failed on {result.node}: "
-                             f"{json.dumps(result.to_json())[:3000]}")
+        project, nodes=nodes_with_port,
+        stack=project.stack.model_copy(update={"deployments": deployments}))
     nodes = [project.nodes[n] for n in project.stack.nodes]
+    try:
+        first = deploy(project, secrets=SECRETS)
+        for result in first:
+            if not result.ok:
+                raise SystemExit(f"initial deploy failed on {result.node}: "
+                                 f"{json.dumps(result.to_json())[:3000]}")
 
-    def baseline() -> None:
-        def work(node: Node) -> None:
-            client = plain_client(node)
-            plain_run(client, ["true"])
-            client.close()
-        parallel(nodes, work)
+        def baseline() -> None:
+            def work(node: Node) -> None:
+                client = plain_client(node)
+                plain_run(client, ["true"])
+                client.close()
+            parallel(nodes, work)
 
-    def noop() -> None:
-        results = deploy(project, secrets=SECRETS)
-        assert all(r.status == "unchanged" for r in results), [r.status for r in results]
+        def noop() -> None:
+            results = deploy(project, secrets=SECRETS)
+            assert all(r.status == "unchanged" for r in results), [r.status for r in results]
 
-    baseline()
-    noop()
-    base = statistics.median(timed(baseline) for _ in range(runs))
-    ours = statistics.median(timed(noop) for _ in range(runs))
-    print(f"   plain paramiko connect + 1 command, 3 nodes: {base * 1000:7.1f} ms")
-    print(f"   servefleet no-op deploy, 3 nodes:            {ours * 1000:7.1f} ms "
-          f"({ours / base:.2f}x the baseline; renders 3 releases, observes each node in one "
-          "command)")
+        baseline()
+        noop()
+        base = statistics.median(timed(baseline) for _ in range(runs))
+        ours = statistics.median(timed(noop) for _ in range(runs))
+        print(f"   plain paramiko connect + 1 command, 3 nodes: {base * 1000:7.1f} ms")
+        print(f"   servefleet no-op deploy, 3 nodes:            {ours * 1000:7.1f} ms "
+              f"({ours / base:.2f}x the baseline; renders 3 releases, observes each node in "
+              "one command)")
+    finally:
+        if not keep:
+            remove_bench_deployment(nodes)
+
+
+def remove_bench_deployment(nodes: list[Node]) -> None:
+    """Stop and remove (a)'s ``bench`` deployment (its containers and folder) on every
+    node, so that no engine of the benchmark is left running."""
+    def work(node: Node) -> None:
+        with SshTransport(node) as transport:
+            transport.run(remote.sequence(
+                compose_commands.clear("bench", grace_seconds=10),
+                ["rm", "-rf", f"{node.base_dir}/bench"]), check=False)
+    parallel(nodes, work)
 
 
 # -- (b) fan-out -----------------------------------------------------------------------------
@@ -160,11 +190,17 @@ class FanOut:
         self.nodes = nodes
         self.work_dir = work_dir
         # A real release: the shipped profile rendered for the first node (compose file,
-        # its node override, env files), with its manifest.
-        profiles, profile_files, raw, problems = load_profiles(REPO)
+        # its node override, env files), with its manifest. The nodes' inventory (with their
+        # override files) is in the bench's own project folder: the profiles and templates
+        # join it there, since a node's overrides must lie inside the project it renders in.
+        for folder in PROJECT_DIRS:
+            if (REPO / folder).is_dir() and not (project_dir / folder).exists():
+                shutil.copytree(REPO / folder, project_dir / folder)
+        profiles, profile_files, raw, problems = load_profiles(project_dir)
         assert not problems, problems
         deployment = Deployment(node=nodes[0].name, profile="qwen36-fp8")
-        project = Project(root=REPO, nodes={n.name: n for n in nodes}, node_files={},
+        project = Project(root=project_dir, nodes={n.name: n for n in nodes},
+                          node_files={n.name: f"nodes/sim/{n.name}.yaml" for n in nodes},
                           profiles=profiles, profile_files=profile_files,
                           stack=StackConfig(stack="bench", deployments=[deployment]),
                           stack_file="-", raw_profiles=raw)
@@ -290,7 +326,7 @@ def bench_specs(count: int) -> list[NodeSpec]:
             for i in range(1, count + 1)]
 
 
-def bench_fanout(count: int, runs: int, with_ansible: bool) -> None:
+def bench_fanout(count: int, runs: int, *, with_pyinfra: bool, with_ansible: bool) -> None:
     print(f"== (b) fan-out: upload a release + one command on {count} sshd-only nodes")
     work = Path(tempfile.mkdtemp(prefix="servefleet-bench-"))
     config = fleet.FleetConfig(state_dir=work / "sim-state")
@@ -317,7 +353,9 @@ def bench_fanout(count: int, runs: int, with_ansible: bool) -> None:
             for name, job in jobs.items():
                 pairs[name].append(timed(job))
         times.update({name: statistics.median(values) for name, values in pairs.items()})
-        others: list[tuple[str, Callable[[], None], int]] = [("pyinfra", bench.pyinfra, runs)]
+        others: list[tuple[str, Callable[[], None], int]] = []
+        if with_pyinfra:
+            others.append(("pyinfra", bench.pyinfra, runs))
         if with_ansible:
             others.append(("ansible", bench.ansible, 1))
         for name, job, n in others:
@@ -344,14 +382,24 @@ def main() -> None:
     parser.add_argument("--no-ansible", action="store_true")
     parser.add_argument("--profile", action="append", default=[], metavar="NODE=PROFILE",
                         help="(a): deploy PROFILE on NODE instead of the stack's choice")
+    parser.add_argument("--no-sim-up", action="store_true",
+                        help="(a): use the 3-node fleet as it runs (nodes/sim as it is: a "
+                             "test session's fleet keeps its stand-in engines) instead of "
+                             "`sim up`")
+    parser.add_argument("--keep", action="store_true",
+                        help="(a): leave the `bench` deployment running at the end")
+    parser.add_argument("--no-pyinfra", action="store_true",
+                        help="(b): leave pyinfra out (paramiko stays the baseline)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the simulated fleet needs root")
     print(f"machine: {os.cpu_count()} cores, {socket.gethostname()}")
     if args.skip != "a":
-        bench_noop(args.runs, dict(item.split("=", 1) for item in args.profile))
+        bench_noop(args.runs, dict(item.split("=", 1) for item in args.profile),
+                   sim_up=not args.no_sim_up, keep=args.keep)
     if args.skip != "b":
-        bench_fanout(args.nodes, args.runs, not args.no_ansible)
+        bench_fanout(args.nodes, args.runs, with_pyinfra=not args.no_pyinfra,
+                     with_ansible=not args.no_ansible)
 
 
 if __name__ == "__main__":

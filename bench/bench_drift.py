@@ -25,6 +25,8 @@ Every method's answers are checked (hashes, JSON, log length) so none can skip w
 
     sudo python bench/bench_drift.py [--nodes 50] [--rounds 3] [--skip-ansible] [--keep]
 
+Smallest run: ``--nodes 3 --rounds 1 --skip-ansible``.
+
 Aims: servefleet ≤ 1.5 s for 50 nodes, ≥ 25× faster than Ansible, within 1.2× of paramiko.
 """
 
@@ -48,6 +50,7 @@ from pathlib import Path
 import paramiko
 
 from servefleet.adapters.drift_collect import CollectOptions, DeploymentQuery, collect_fleet
+from servefleet.adapters.remote import compose_project
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.models import Node
 from servefleet.core.project import load_nodes
@@ -123,7 +126,10 @@ def stage(layout: SimLayout, node: Node, log: bytes) -> dict[str, str]:
     current.symlink_to(f"releases/{RELEASE_ID}")
     bench = root / "bench"
     bench.mkdir(exist_ok=True)
-    (bench / "ps.txt").write_text(f"{CONTAINER_ID}\t{DEPLOYMENT}\n")
+    # servefleet's compose project of a deployment is ``servefleet-<deployment>``: the
+    # collector reads only containers labelled so.
+    project = compose_project(DEPLOYMENT)
+    (bench / "ps.txt").write_text(f"{CONTAINER_ID}\t{project}\n")
     inspect = [{
         "Id": CONTAINER_ID, "Name": "/main-engine-1", "Created": "2026-11-22T03:14:00Z",
         "RestartCount": 0, "Image": IMAGE_ID,
@@ -132,7 +138,7 @@ def stage(layout: SimLayout, node: Node, log: bytes) -> dict[str, str]:
         "Config": {"Image": "vllm/vllm-openai:v0.21.0",
                    "Cmd": ["Qwen/Qwen3.6-35B-A3B-FP8", "--port", "8000"],
                    "Env": ["HF_TOKEN=hf_bench_not_a_secret", "PATH=/usr/bin:/bin"],
-                   "Labels": {"com.docker.compose.project": DEPLOYMENT,
+                   "Labels": {"com.docker.compose.project": project,
                               "io.servefleet.release": RELEASE_ID}},
     }]
     (bench / "inspect.json").write_text(json.dumps(inspect))

@@ -13,7 +13,9 @@ backend), timed in the same run with the same CLI and flags (``pulumi up --yes
 Prints the median of each and the difference (aim: under 2 s). The sim stack is destroyed
 at the end (its engines stopped).
 
-    python bench/bench_pulumi.py [--runs 5] [--keep] [--project DIR]
+    python bench/bench_pulumi.py [--runs 5] [--keep] [--project DIR] [--no-sim-up]
+
+Smallest run: ``--runs 1`` (with ``--no-sim-up`` where a test session's fleet runs already).
 """
 
 from __future__ import annotations
@@ -94,6 +96,12 @@ def sim_stack(root: Path, bin_dir: Path, source: Path) -> Stack:
     stack.dir.mkdir()
     for name in PROJECT_FILES:
         shutil.copy2(source / name, stack.dir / name)
+    # A stack used on this machine before carries its own encryption salt: the copy starts
+    # a new stack with the bench's passphrase.
+    stack_file = stack.dir / "Pulumi.sim.yaml"
+    stack_file.write_text("".join(
+        line for line in stack_file.read_text().splitlines(keepends=True)
+        if not line.startswith(("encryptionsalt:", "secretsprovider:", "encryptedkey:"))))
     for name in PROJECT_DIRS:
         shutil.copytree(source / name, stack.dir / name)
     stack.pulumi("stack", "init", "sim")
@@ -117,10 +125,19 @@ def main() -> int:
                         help="leave the sim stack's engines running at the end")
     parser.add_argument("--project", type=Path, default=REPO,
                         help="project folder to copy (default: this repository)")
+    parser.add_argument("--no-sim-up", action="store_true",
+                        help="use the 3-node fleet as it runs (its inventory in the project's "
+                             "nodes/sim, as a test session left it) instead of `sim up`")
     args = parser.parse_args()
 
-    print("bench_pulumi: starting the simulated fleet …", flush=True)
-    fleet.up(fleet_specs(3), project_dir=REPO)
+    if not args.no_sim_up:
+        print("bench_pulumi: starting the simulated fleet …", flush=True)
+        fleet.up(fleet_specs(3), project_dir=args.project.resolve())
+    missing = [s.name for s in fleet_specs(3)
+               if not (args.project / "nodes" / "sim" / f"{s.name}.yaml").is_file()]
+    if missing:
+        sys.exit(f"bench_pulumi: no inventory for {', '.join(missing)} in "
+                 f"{args.project / 'nodes' / 'sim'}: start the fleet or leave out --no-sim-up")
     bin_dir = pulumi_bin()
     root = Path(tempfile.mkdtemp(prefix="servefleet-bench-pulumi-"))
     sim = empty = None

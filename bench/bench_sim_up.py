@@ -12,7 +12,8 @@ default fleet (and the test sessions using it) can stay up. Prints:
   (what ``up`` does) against ``docker save | docker load`` into a node's engine.
 
 Aims (2-core machine): cold <= 90 s, warm <= 5 s. Needs root. Usage:
-``python bench/bench_sim_up.py [--from-scratch] [--standin DIR]``
+``python bench/bench_sim_up.py [--from-scratch] [--standin DIR] [--warm-runs 5] [--nodes 3]``
+(smallest: ``--warm-runs 1 --nodes 2``)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from servefleet.sim import fleet, image, netns, state, testbed  # noqa: E402
+from servefleet.sim.engines import engines_cache_dir  # noqa: E402
 from servefleet.sim.layout import cache_dir_from_env  # noqa: E402
 from servefleet.sim.spec import MAX_NODES, NodeSpec, fleet_specs  # noqa: E402
 
@@ -43,12 +45,13 @@ PROCESS = ("import sys; import servefleet.cli.main, servefleet.cli.sim; "
            "fleet.up(specs, project_dir=Path(sys.argv[1]))")
 
 
-def bench_specs() -> list[NodeSpec]:
-    """The reference fleet's shapes under bench names, in address slots nothing uses now
-    (other benchmarks take 150 and up)."""
+def bench_specs(count: int = 3) -> list[NodeSpec]:
+    """The reference fleet's shapes (its first ``count`` nodes, then more RTX-5090-like
+    ones) under bench names, in address slots nothing uses now (other benchmarks take 150
+    and up)."""
     free = [i for i in range(120, MAX_NODES + 1) if not netns.link_exists(f"sfsim{i}")]
     return [s.model_copy(update={"name": s.name.replace("sim-", "benchup-"), "index": i})
-            for s, i in zip(fleet_specs(), free, strict=False)]
+            for s, i in zip(fleet_specs(count), free, strict=False)]
 
 
 def timed(action: object) -> float:
@@ -58,22 +61,33 @@ def timed(action: object) -> float:
 
 
 def seed_cache(cache: Path) -> None:
-    """Hard-link the machine's cached base root into ``cache`` (no image store)."""
+    """Hard-link the machine's cached base root into ``cache`` (no image store), and let
+    the real engines' builds be found beside it (``<cache>/../engines``, a link to the
+    machine's): ``sim up`` needs them, and building them is no part of what is measured
+    (the in-process calls find the machine's own; the fresh process looks under
+    ``$SERVEFLEET_CACHE``)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    engines = cache.parent / "engines"
+    if not engines.exists():
+        machine_engines = engines_cache_dir()
+        machine_engines.mkdir(parents=True, exist_ok=True)
+        engines.symlink_to(machine_engines, target_is_directory=True)
     own = image.rootfs_tar(cache_dir_from_env())
     if not own.is_file():
         return
-    cache.mkdir(parents=True, exist_ok=True)
     for source in (own, own.with_suffix(".tar.sha256")):
         os.link(source, cache / source.name)
 
 
-def distribution(config: fleet.FleetConfig, store: Path, work: Path) -> tuple[float, float]:
-    """Seconds to give one node the images: hard links vs docker save | docker load."""
+def distribution(config: fleet.FleetConfig, store: Path, work: Path,
+                 specs: list[NodeSpec]) -> tuple[float, float]:
+    """Seconds to give one node the images: hard links vs docker save | docker load (from
+    the first node's engine into the last one's)."""
     target = work / "link-test"
     linked = timed(lambda: image.link_into(store, target / "docker", target / "marker"))
     shutil.rmtree(target)
-    source = config.layout.node("benchup-spark-1").docker_sock
-    dest = config.layout.node("benchup-5090").docker_sock
+    source = config.layout.node(specs[0].name).docker_sock
+    dest = config.layout.node(specs[-1].name).docker_sock
     docker = shutil.which("docker") or "docker"
     tags = subprocess.run([docker, "-H", f"unix://{source}", "image", "ls", "--format",
                            "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True,
@@ -91,12 +105,12 @@ def distribution(config: fleet.FleetConfig, store: Path, work: Path) -> tuple[fl
     return linked, timed(save_load)
 
 
-def run_cold(label: str, work: Path, standin: Path) -> float:
+def run_cold(label: str, work: Path, standin: Path, count: int) -> float:
     """A cold up with an empty cache folder: debootstrap, image build, nodes."""
     config = fleet.FleetConfig(state_dir=work / f"state-{label}",
                                cache_dir=work / f"cache-{label}" / "sim", standin_dir=standin)
     try:
-        return timed(lambda: fleet.up(bench_specs(), project_dir=work / "project",
+        return timed(lambda: fleet.up(bench_specs(count), project_dir=work / "project",
                                       config=config, say=lambda m: print(f"   sim: {m}")))
     finally:
         fleet.down(config=config)
@@ -110,7 +124,12 @@ def main() -> int:
                         help="stand-in build context (default: servefleet/sim/standin, or a "
                              "placeholder when it has no Dockerfiles)")
     parser.add_argument("--warm-runs", type=int, default=5)
+    parser.add_argument("--nodes", type=int, default=3,
+                        help="nodes of the fleet (at least 2: the images go from the first "
+                             "to the last; default 3, the reference fleet's shapes)")
     args = parser.parse_args()
+    if args.nodes < 2:
+        parser.error("--nodes must be at least 2")
     fleet.require_root()
     work = Path(tempfile.mkdtemp(prefix="sfbench-up-", dir="/var/tmp"))
     standin = args.standin or fleet.STANDIN_DIR
@@ -120,12 +139,14 @@ def main() -> int:
     try:
         results: dict[str, float] = {}
         if args.from_scratch:
-            print("== cold sim up, empty cache (debootstrap + image build + 3 nodes)")
-            results["cold, empty cache"] = run_cold("scratch", work, standin)
-        print("== cold sim up, no image store (image build + 3 nodes; base root tar cached)")
+            print("== cold sim up, empty cache (debootstrap + image build + "
+                  f"{args.nodes} nodes)")
+            results["cold, empty cache"] = run_cold("scratch", work, standin, args.nodes)
+        print(f"== cold sim up, no image store (image build + {args.nodes} nodes; base root "
+              "tar cached)")
         cache = work / "cache" / "sim"
         seed_cache(cache)
-        specs = bench_specs()
+        specs = bench_specs(args.nodes)
         config = fleet.FleetConfig(state_dir=work / "state", cache_dir=cache,
                                    standin_dir=standin)
         results["cold, no image store"] = timed(
@@ -145,7 +166,7 @@ def main() -> int:
         results["warm, new process (median)"] = statistics.median(process)
         print("== image distribution to one node (baseline: docker save | docker load)")
         store = image.store_path(config.images_dir, state.load(config.layout).image_store or "")
-        linked, save_load = distribution(config, store, work)
+        linked, save_load = distribution(config, store, work, specs)
         fleet.down(config=config)
 
         print()

@@ -13,6 +13,8 @@ threads) and the payload bytes sent and received (the SSH framing adds its own),
 to a baseline measured in the same run on the same connections: a bare ``true`` round trip.
 
     python bench/bench_watch.py [--rounds 5] [--nodes 3 50]
+
+Smallest run: ``--rounds 1 --nodes 2``.
 """
 
 from __future__ import annotations

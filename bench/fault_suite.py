@@ -1,7 +1,11 @@
 """The fault suite: many trials of every fault a rollout can meet, on the simulated fleet
 (real sshd, real dockerd, real Compose), judged by what the node serves afterwards.
 
-    sudo .venv/bin/python bench/fault_suite.py --trials 20 [--faults NAME,…] [--json FILE]
+    sudo .venv/bin/python bench/fault_suite.py --trials 20 [--faults NAME,…] [--nodes NAME,…]
+                                               [--json FILE]
+
+Smallest run: ``--trials 1 --faults sigint@upload --nodes fault-spark-1`` (one node started,
+one trial).
 
 Each trial deploys a new release (the node's profile with one environment value changed,
 so the engine must restart) to deployment ``ft`` while a fault strikes at one phase:
@@ -27,9 +31,11 @@ fleet at once (each its own controller processes). The engines are the stand-in 
 seconds); the real engines' boots are covered by the fleet tests.
 
 The suite starts a fleet of its own (``fault-spark-1``, ``fault-spark-2``: GB10 nodes with
-vLLM; ``fault-5090``: llama.cpp) under ``/var/lib/servefleet-sim-faults``, with its own
-stack file ``Pulumi.fault-suite.yaml`` (removed at the end), so the test fleet can run
-beside it.
+vLLM; ``fault-5090``: llama.cpp; ``--nodes`` starts only those named) under
+``/var/lib/servefleet-sim-faults``, in a temporary project folder of its own (a copy of the
+profiles and templates, its stack file ``Pulumi.fault-suite.yaml`` and the fleet's
+inventory, removed at the end), so the test fleet and its inventory in ``nodes/sim`` are
+left alone.
 
 Not part of ``scripts/test``: it takes tens of minutes.
 """
@@ -83,6 +89,8 @@ SPECS = [
 ]
 PROFILES = {"fault-spark-1": "qwen36-fp8", "fault-spark-2": "qwen36-fp8",
             "fault-5090": "qwen36-q4-llamacpp"}
+PROJECT_DIRS = ("profiles", "templates", "healthchecks")
+"""What the suite's own project folder copies from this one."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,19 +337,25 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20, help="trials per fault")
     parser.add_argument("--faults", default="", help="comma-separated names (default: all)")
-    parser.add_argument("--nodes", default="", help="comma-separated sim nodes (default: all)")
+    parser.add_argument("--nodes", default="",
+                        help="comma-separated nodes to start and try (default: all of "
+                             f"{', '.join(s.name for s in SPECS)})")
     parser.add_argument("--json", type=Path, default=None, help="write every trial here")
     args = parser.parse_args(argv)
     faults = all_faults()
+    unknown = [n for n in args.faults.split(",") if n and n not in faults]
+    if unknown:
+        parser.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(faults)}")
     chosen = [faults[n] for n in args.faults.split(",") if n] or list(faults.values())
-    project_dir = REPO_ROOT
-    stack_file = project_dir / f"Pulumi.{STACK}.yaml"
-    stack_file.write_text("# The fault suite's own stack (bench/fault_suite.py), removed at "
-                          "its end.\nconfig:\n  servefleet:profiles:\n" + "".join(
-                              f"    {node}: {profile}\n" for node, profile in PROFILES.items()))
+    wanted = [n for n in args.nodes.split(",") if n]
+    if set(wanted) - set(PROFILES):
+        parser.error(f"--nodes: choose among {', '.join(PROFILES)}")
+    specs = [s for s in SPECS if s.name in wanted] if wanted else SPECS
+    work = Path(tempfile.mkdtemp(prefix="servefleet-fault-suite-"))
+    project_dir = suite_project(work / "project", [s.name for s in specs])
     config = fleet.FleetConfig(state_dir=STATE_DIR)
-    handle = testbed.acquire(project_dir, config, SPECS, say=print)
-    nodes = [n for n in args.nodes.split(",") if n] or sorted(handle.nodes)
+    handle = testbed.acquire(project_dir, config, specs, say=print)
+    nodes = [s.name for s in specs]
     lock = threading.Lock()
     trials: list[Trial] = []
 
@@ -386,7 +400,7 @@ def main(argv: list[str]) -> int:
             thread.join()
     finally:
         testbed.release(handle, say=print)
-        stack_file.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
     print(f"\n{len(trials)} trials on {len(nodes)} nodes in {time.monotonic() - started:.0f} s"
           " (stand-in engines)\n")
     print(table(trials, chosen))
@@ -394,6 +408,20 @@ def main(argv: list[str]) -> int:
         args.json.write_text(json.dumps([dataclasses.asdict(t) for t in trials], indent=1))
     bad = [t for t in trials if not t.healthy or t.ungated or t.lost]
     return 1 if bad else 0
+
+
+def suite_project(folder: Path, nodes: list[str]) -> Path:
+    """The suite's own project folder: this project's profiles and templates, and a stack
+    file with one deployment per node (the fleet writes its inventory in ``nodes/sim``)."""
+    (folder / "nodes").mkdir(parents=True)
+    for name in PROJECT_DIRS:
+        if (REPO_ROOT / name).is_dir():
+            shutil.copytree(REPO_ROOT / name, folder / name)
+    (folder / f"Pulumi.{STACK}.yaml").write_text(
+        "# The fault suite's own stack (bench/fault_suite.py).\nconfig:\n"
+        "  servefleet:profiles:\n" + "".join(f"    {node}: {PROFILES[node]}\n"
+                                            for node in nodes))
+    return folder
 
 
 def wipe(handle: testbed.FleetHandle, node: str, disk: Path) -> None:

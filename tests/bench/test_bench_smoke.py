@@ -1,0 +1,196 @@
+"""Every script under ``bench/`` runs at its smallest size, exits 0 and prints its result
+lines. No timing is asserted: the figures themselves are the README's, taken by hand.
+
+Each script runs as a subprocess of this interpreter, from the repository root, with this
+tree first on ``PYTHONPATH`` (so the servefleet it imports is the one under test). Scripts
+that start simulated nodes (their own, or the 3-node test fleet) use ``sim_fleet``: they are
+``fleet`` tests and run inside this session's turn at the fleet (``fleet_tests_turn``), so
+they never run beside another session's fleet tests. A component they need that cannot
+start fails them under ``CI=true`` and skips them elsewhere, as in the other tests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+from servefleet.sim.testbed import FleetHandle
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BENCH = REPO_ROOT / "bench"
+
+
+def unavailable(reason: str) -> NoReturn:
+    """A component cannot run here: fail in CI, skip elsewhere (as conftest's rule)."""
+    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        pytest.fail(f"{reason} (CI=true: every component must start here)", pytrace=False)
+    pytest.skip(reason)
+
+
+def run_bench(script: str, *args: str, timeout: float,
+              env: dict[str, str] | None = None) -> str:
+    """Run ``bench/<script> ARGS`` to its end; its stdout (the test fails on a non-zero
+    exit, with the tail of both streams)."""
+    python_path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH"))
+                                  if p)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=REPO_ROOT,
+                          env={**os.environ, "PYTHONPATH": python_path, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    took = time.monotonic() - started
+    print(f"bench/{script} {' '.join(args)}: exit {done.returncode} in {took:.1f} s\n"
+          f"{done.stdout}")
+    assert done.returncode == 0, (f"bench/{script} exited {done.returncode}:\n"
+                                  f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
+def lines_matching(output: str, pattern: str) -> list[str]:
+    """The output's lines that match ``pattern`` (a regex searched in each line)."""
+    return [line for line in output.splitlines() if re.search(pattern, line)]
+
+
+# --------------------------------------------------------------------------- no fleet
+
+
+def test_bench_bootlog(need_program: Callable[[str], str]) -> None:
+    need_program("grep")
+    out = run_bench("bench_bootlog.py", "--mb", "2", "--runs", "1", timeout=120)
+    for shape in ("steady", "dense"):
+        assert lines_matching(out, rf"^{shape}\s+\d+\s+\d+ \(\d+\).*outcome="), shape
+        assert lines_matching(out, rf"^\s+{shape}\s+1 MB: [\d,]+, 2 MB: [\d,]+$"), shape
+    assert "peak traced memory of parse_file" in out
+
+
+def test_bench_cli_startup() -> None:
+    out = run_bench("bench_cli_startup.py", "--runs", "1", "--mb", "1", "--report-only",
+                    timeout=120)
+    assert lines_matching(out, r'^python -c "import click"\s+wall')
+    for command in ("servefleet --help", "servefleet validate --help",
+                    "servefleet logs parse --json"):
+        assert lines_matching(out, rf"^{re.escape(command)}\s+wall .* ratio cpu \d"), command
+
+
+def test_bench_kvplan() -> None:
+    out = run_bench("bench_kvplan.py", timeout=60)
+    assert lines_matching(out, r"^worst cold: ±[\d.]+%; tolerance ±5%$")
+    assert lines_matching(out, r"^worst calibrated: ±[\d.]+%")
+    assert lines_matching(out, r"^GB10 MTP on vs off, cold: [+−-]")
+    assert len(lines_matching(out, r"^\| vllm-cpu-real/")) >= 1
+
+
+def test_bench_watch(need_program: Callable[[str], str]) -> None:
+    need_program("sshd")
+    need_program("ssh-keygen")
+    out = run_bench("bench_watch.py", "--rounds", "1", "--nodes", "2", timeout=120)
+    for what in ("true", "watch", "ratio"):
+        assert lines_matching(out, rf"^\s+2\s+{what}\s+\d"), what
+
+
+def test_repeat_fleet_tests(tmp_path: Path) -> None:
+    """The loop itself, on a stub suite: a real fleet run inside this session would wait for
+    this session's own turn at the fleet (``tests/sim`` and the fleet tests run it for
+    real). The stub's ``fleet`` test passes; its other test fails unless ``-m fleet``
+    leaves it out."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    fleet: stub\n")
+    (tmp_path / "test_stub.py").write_text(
+        "import pytest\n\n\n@pytest.mark.fleet\ndef test_on_the_fleet():\n    pass\n\n\n"
+        "def test_not_on_the_fleet():\n    raise AssertionError('-m fleet was not applied')\n")
+    out = run_bench("repeat_fleet_tests.py", "--runs", "1", "--", str(tmp_path), timeout=120)
+    assert lines_matching(out, r"^run 1/1: exit 0 in \d+ s — 1 passed, 1 deselected")
+    assert lines_matching(out, r"^1 of 1 runs passed$")
+
+
+# --------------------------------------------------------------------------- the fleet
+
+
+def clear_faults(fleet: FleetHandle) -> None:
+    """Fault markers another test left behind would fail the benchmarks' boots."""
+    for name in fleet.nodes:
+        (fleet.node_files(name).control_dir / "fault").unlink(missing_ok=True)
+
+
+@pytest.mark.fleet
+def test_bench_drift(sim_fleet: FleetHandle) -> None:
+    out = run_bench("bench_drift.py", "--nodes", "3", "--rounds", "1", "--skip-ansible",
+                    timeout=180)
+    for label in ("floor: connect + true", "servefleet", "paramiko (3 commands)",
+                  "servefleet + GPU probe"):
+        assert lines_matching(out, rf"^  {re.escape(label)}\s+median\s+[\d.]+ s"), label
+    assert lines_matching(out, r"^  servefleet [\d.]+ s for 3 nodes .* with the GPU probe")
+    assert lines_matching(out, r"^  servefleet / paramiko = [\d.]+×")
+
+
+@pytest.mark.fleet
+@pytest.mark.slow
+def test_bench_deploy_noop(sim_fleet: FleetHandle) -> None:
+    """(a) on this session's fleet as it runs (its stand-in engines boot in seconds)."""
+    clear_faults(sim_fleet)
+    # The bench removes its `bench` deployment from the nodes at its end.
+    out = run_bench("bench_deploy.py", "--skip", "b", "--runs", "1", "--no-sim-up",
+                    timeout=300)
+    assert lines_matching(out, r"plain paramiko connect \+ 1 command, 3 nodes:\s+[\d.]+ ms")
+    assert lines_matching(out, r"servefleet no-op deploy, 3 nodes:\s+[\d.]+ ms \([\d.]+x the "
+                               "baseline")
+
+
+@pytest.mark.fleet
+def test_bench_deploy_fanout(sim_fleet: FleetHandle) -> None:
+    """(b) on two sshd-only nodes of its own; pyinfra and Ansible (``.[bench]``) left out,
+    plain paramiko stays the baseline."""
+    out = run_bench("bench_deploy.py", "--skip", "a", "--nodes", "2", "--runs", "1",
+                    "--no-ansible", "--no-pyinfra", timeout=180)
+    assert lines_matching(out, r"plain paramiko \(baseline\)\s+[\d.]+ s\s+1\.00x paramiko")
+    assert lines_matching(out, r"servefleet transport\s+[\d.]+ s\s+[\d.]+x paramiko")
+    assert lines_matching(out, r"servefleet / paramiko = [\d.]+ \(aim <= 1\.2\)")
+
+
+@pytest.mark.fleet
+@pytest.mark.slow
+def test_bench_sim_up(sim_fleet: FleetHandle) -> None:
+    """A 2-node fleet of its own: cold (image build), one warm run, images to one node."""
+    out = run_bench("bench_sim_up.py", "--warm-runs", "1", "--nodes", "2", timeout=400)
+    for label in ("cold, no image store", "warm, API call (median)",
+                  "warm, new process (median)"):
+        assert lines_matching(out, rf"^{re.escape(label)}\s+[\d.]+ s\s+aim <= \d+ s"), label
+    assert lines_matching(out, r"^images by save \| load \(1 node\)\s+[\d.]+ s\s+\(hard links")
+    assert lines_matching(out, r"^warm/cold ratio: [\d.]+$")
+
+
+@pytest.mark.fleet
+@pytest.mark.slow
+def test_fault_suite(sim_fleet: FleetHandle) -> None:
+    """One trial of one fault on one node of the suite's own fleet."""
+    out = run_bench("fault_suite.py", "--trials", "1", "--faults", "sigint@upload", "--nodes",
+                    "fault-spark-1", timeout=400)
+    assert lines_matching(out, r"^sigint@upload\s+fault-spark-1\s+trial\s+1: ok ")
+    assert lines_matching(out, r"^1 trials on 1 nodes in \d+ s")
+    assert lines_matching(out, r"^\| `sigint@upload` \| 1 \| 1 \(100%\) \| 0 \| 0 \| 0 \|")
+
+
+@pytest.mark.fleet
+@pytest.mark.pulumi
+@pytest.mark.slow
+def test_bench_pulumi(sim_fleet: FleetHandle) -> None:
+    """The sim stack on this session's fleet as it runs, against an empty program."""
+    ensure = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "ensure-pulumi")],
+                            capture_output=True, text=True, timeout=45 * 60, check=False)
+    found = ensure.stdout.strip().splitlines()
+    if ensure.returncode != 0 or not found or not (Path(found[-1]) / "pulumi").is_file():
+        unavailable("scripts/ensure-pulumi could not provide the Pulumi CLI:\n"
+                              + "\n".join(ensure.stderr.strip().splitlines()[-15:]))
+    clear_faults(sim_fleet)
+    out = run_bench("bench_pulumi.py", "--runs", "1", "--no-sim-up", timeout=600)
+    assert lines_matching(out, r"^first pulumi up of the sim stack \(3 nodes deployed\): "
+                               r"[\d.]+ s$")
+    assert lines_matching(out, r"^  sim stack, 3 nodes :\s+[\d.]+ s")
+    assert lines_matching(out, r"^  empty program      :\s+[\d.]+ s")
+    assert lines_matching(out, r"^  servefleet adds    :\s+-?[\d.]+ s\s+\([\d.]+x the empty")
