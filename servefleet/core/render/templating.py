@@ -9,6 +9,7 @@ words in the Dockerfile through ``shq`` (:func:`shlex.quote`).
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 from collections.abc import Mapping
@@ -89,16 +90,35 @@ def _settings() -> dict[str, Any]:
 
 
 def template_environment(templates_dir: Path | None, project_root: Path) -> jinja2.Environment:
-    """A fresh environment over ``templates_dir`` (default: :func:`templates_dir_for`)."""
+    """The environment over ``templates_dir`` (default: :func:`templates_dir_for`).
+
+    One per folder for the life of the process: compiling the templates is most of a
+    render's time, and a deploy renders every release more than once (rules, plan,
+    rollout). Jinja checks each template file's modification time when it is used, so an
+    edited template is still compiled afresh.
+    """
     folder = templates_dir or templates_dir_for(project_root)
     missing = [name for name in TEMPLATE_FILES.values() if not (folder / name).is_file()]
     if missing:
         raise RenderError(f"{folder}: template {', '.join(missing)} missing")
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)), **_settings())
+    return _environment(str(folder.resolve()))
+
+
+@functools.lru_cache(maxsize=16)
+def _environment(folder: str) -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder), **_settings())
     env.filters["yq"] = yaml_scalar
     env.filters["envq"] = _env_filter
     env.filters["shq"] = lambda value: shlex.quote(str(value))
     return env
+
+
+@functools.lru_cache(maxsize=64)
+def _override_template(text: str) -> jinja2.Template:
+    """A node-local override's template, compiled once per distinct text."""
+    env = jinja2.sandbox.SandboxedEnvironment(**_settings())
+    env.filters["yq"] = yaml_scalar
+    return env.from_string(text)
 
 
 def render_override(path: Path, variables: Mapping[str, Any], where: str,
@@ -109,10 +129,8 @@ def render_override(path: Path, variables: Mapping[str, Any], where: str,
     raw = path.read_bytes() if content is None else content
     if path.suffix != ".j2":
         return raw
-    env = jinja2.sandbox.SandboxedEnvironment(**_settings())
-    env.filters["yq"] = yaml_scalar
     try:
-        return env.from_string(raw.decode("utf-8")).render(dict(variables)).encode("utf-8")
+        return _override_template(raw.decode("utf-8")).render(dict(variables)).encode("utf-8")
     except UnicodeDecodeError:
         raise RenderError(f"{where}: not UTF-8 text") from None
     except jinja2.TemplateError as error:
