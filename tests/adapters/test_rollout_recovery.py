@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,17 +28,21 @@ from fake_node import (
     FaultKind,
     fake_runtime,
 )
+from loopback_sshd import free_port
 
 from servefleet.adapters import remote
 from servefleet.adapters.lock import force_unlock
 from servefleet.adapters.rollout import (
     Abort,
+    Hook,
+    HookCall,
     NodeResult,
+    RolloutHooks,
     render_for,
     restore_candidate,
 )
 from servefleet.adapters.ssh import SshTransport
-from servefleet.core.errors import LockHeld
+from servefleet.core.errors import ConfigError, LockHeld
 from servefleet.core.models import Deployment
 from servefleet.core.observed import ObservedDeployment
 from servefleet.core.plan import plan, recovery_notes
@@ -94,12 +97,6 @@ CASES = [("update", i, label) for i, label in enumerate(UPDATE_STEPS)] + \
 """Every command of both paths (the restore path's own commands only)."""
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def ports() -> tuple[int, int]:
     first = free_port()
@@ -125,14 +122,14 @@ def release_of(project: Project) -> RenderedRelease:
 
 
 def deploy(project: Project, transport: FakeNodeTransport, *, failing: frozenset[str] = frozenset(),
-           unlock_id: str | None = None) -> NodeResult:
+           unlock_id: str | None = None, hooks: RolloutHooks | None = None) -> NodeResult:
     """One deploy of the stack's deployment through the fake node."""
     abort = Abort()
     transport.abort = abort
     transport.labels.clear()
     rollout = FakeGateRollout(project, transport.node, fake_runtime(transport),
                               unlock_id=unlock_id,
-                              secrets=SECRETS, abort=abort)
+                              secrets=SECRETS, abort=abort, hooks=hooks)
     rollout.failing = failing
     rendered = release_of(project)
     return rollout.deploy([rendered], {"main": project.stack.deployments[0]})
@@ -399,3 +396,55 @@ def test_a_signal_during_the_pull_leaves_the_old_engine_untouched(scene: Scene) 
     assert dep.running_release == dep.current_release == scene.release_a
     assert not dep.ungated
     assert scene.transport.docker_state()["containers"] == before["containers"]
+
+
+def test_a_failed_before_stop_hook_leaves_the_old_engine_serving(scene: Scene) -> None:
+    said: list[str] = []
+
+    def stage(call: HookCall) -> None:
+        # What a hook sees: the release about to replace the one serving, while it serves.
+        assert call.target.release_id == scene.release_b
+        [running] = [c for c in call.runtime.containers("main") if c.running]
+        assert running.release_id == scene.release_a
+        call.say("3 of 4 files cached")
+        said.append("ran")
+        raise ConfigError("weights: shard 4 of 4 failed its sha256")
+
+    result = deploy(scene.b, scene.transport,
+                    hooks=RolloutHooks(before_stop=(Hook("stage-weights", stage),)))
+    [dep_result] = result.deployments
+    assert said == ["ran"]
+    assert dep_result.status == "failed", dep_result.to_json()
+    assert dep_result.failure is not None
+    assert dep_result.failure.phase == "stage-weights"
+    assert dep_result.failure.message == "weights: shard 4 of 4 failed its sha256"
+    assert dep_result.restore is None
+    labels = scene.transport.labels
+    assert "stop the old engine" not in labels and "start the engine" not in labels
+    dep = dep_of(scene)
+    assert dep.running_release == dep.current_release == scene.release_a
+    assert not dep.ungated
+    assert scene.transport.observed().lock_owner is None
+
+
+def test_a_failed_after_gate_hook_restores_the_old_release(scene: Scene) -> None:
+    seen: list[str | None] = []
+
+    def join(call: HookCall) -> None:
+        # After the gate, before the switch: the new engine serves, current is still A.
+        assert call.report is not None and call.report.ok
+        [running] = [c for c in call.runtime.containers("main") if c.running]
+        seen.append(running.release_id)
+        raise ConfigError("gateway: the new engine was not taken into the pool")
+
+    result = deploy(scene.b, scene.transport,
+                    hooks=RolloutHooks(after_gate=(Hook("gateway-join", join),)))
+    [dep_result] = result.deployments
+    assert seen == [scene.release_b]
+    assert dep_result.status == "rolled_back", dep_result.to_json()
+    assert dep_result.failure is not None and dep_result.failure.phase == "gateway-join"
+    assert dep_result.restore is not None and dep_result.restore.ok
+    labels = scene.transport.labels
+    assert f"switch current to {scene.release_b}" not in labels
+    dep = dep_of(scene)
+    assert dep.running_release == dep.current_release == dep.last_good == scene.release_a
