@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from servefleet.adapters import compose_commands
 from servefleet.adapters.ssh import SshTransport
-from servefleet.core.bootlog import BootFacts, BootLogParser
+from servefleet.core.bootlog import BootFacts, BootLogParser, reader_for
 from servefleet.core.errors import (
     ConnectionLost,
     RemoteError,
@@ -89,7 +89,7 @@ def follow_boot(transport: SshTransport, deployment: str, since: str, *, engine:
                 on_line: Callable[[str], None] | None = None) -> BootResult:
     """Follow the deployment's log from ``since`` (node epoch seconds) until the engine is
     ready, has failed, its container has exited, or ``clock()`` passes ``deadline``."""
-    parser = BootLogParser(engine if engine in ("vllm", "llama.cpp", "sglang") else "auto")
+    parser = BootLogParser(reader_for(engine))
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     failed_at: list[float] = []
     count = 0

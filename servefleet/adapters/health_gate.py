@@ -13,12 +13,14 @@ Two kinds of checks, each a small function that returns :class:`Check` rows:
   (:mod:`servefleet.adapters.probes`); the gate adds the polling and the deadline.
 
 To add a check, write a function of the same shape and append it to :data:`BOOT_CHECKS` or
-:data:`HTTP_PROBES`; :func:`run_gate` runs them in order. A rollout then adds the rest of the
-health checks (:func:`servefleet.adapters.node_health.gate_checks`).
+:data:`HTTP_PROBES`; :func:`run_gate` runs them in order. A boot check of one engine's log
+says so with :func:`for_engines` instead of testing ``spec.engine``. A rollout then adds the
+rest of the health checks (:func:`servefleet.adapters.node_health.gate_checks`).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -28,6 +30,7 @@ from typing import Any
 from servefleet.adapters import probes
 from servefleet.adapters.probes import EngineClient, HttpAnswer, Send
 from servefleet.core.bootlog.model import BootFacts, Evidence, LlamaCppExtra
+from servefleet.core.engines import engine_of
 from servefleet.core.expectations import ExpectedHealth, derive_expectations
 from servefleet.core.health_table import CheckRow, Verdict, failed_rows, rows_pass, shown
 from servefleet.core.models import Node, Profile
@@ -107,7 +110,7 @@ class GateSpec:
         return cls(
             engine=profile.engine,
             served_name=profile.model.served_name,
-            max_model_len=profile.vllm.max_model_len if profile.vllm else None,
+            max_model_len=engine_of(profile).max_model_len(profile),
             expected=derive_expectations(profile, node),
             boot_deadline_seconds=profile.health.boot_deadline_seconds,
         )
@@ -164,10 +167,23 @@ def check_outcome(facts: BootFacts, spec: GateSpec) -> Check:
     return Check("boot outcome", "ready", observed, "fail", evidence)
 
 
+BootCheck = Callable[[BootFacts, GateSpec], Check | None]
+
+
+def for_engines(*engines: str) -> Callable[[BootCheck], BootCheck]:
+    """A boot check that applies only to ``engines`` (names of
+    :data:`servefleet.core.engines.ENGINES`): for any other it gives no row."""
+    def wrap(check: BootCheck) -> BootCheck:
+        @functools.wraps(check)
+        def applicable(facts: BootFacts, spec: GateSpec) -> Check | None:
+            return check(facts, spec) if spec.engine in engines else None
+        return applicable
+    return wrap
+
+
+@for_engines("vllm")
 def check_kv_pool(facts: BootFacts, spec: GateSpec) -> Check | None:
     """vLLM's KV pool is at least the profile's minimum (shown even when none is set)."""
-    if spec.engine != "vllm":
-        return None
     minimum = spec.expected.min_kv_cache_tokens if spec.expected else None
     tokens = facts.kv_cache_tokens
     evidence = _lines(facts, "kv_cache_tokens")
@@ -180,10 +196,9 @@ def check_kv_pool(facts: BootFacts, spec: GateSpec) -> Check | None:
     return Check("KV cache tokens", f">= {minimum:,}", shown(tokens), verdict, evidence)
 
 
+@for_engines("vllm")
 def check_cudagraph_mode(facts: BootFacts, spec: GateSpec) -> Check | None:
     """vLLM's final CUDA-graph mode is the expected one."""
-    if spec.engine != "vllm":
-        return None
     want = spec.expected.cudagraph_mode if spec.expected else None
     have = facts.cudagraph_mode
     evidence = _lines(facts, "cudagraph_mode")
@@ -193,14 +208,13 @@ def check_cudagraph_mode(facts: BootFacts, spec: GateSpec) -> Check | None:
     return Check("CUDA graph mode", want, shown(have), verdict, evidence)
 
 
+@for_engines("llama.cpp")
 def check_context(facts: BootFacts, spec: GateSpec) -> Check | None:
     """llama.cpp: the context the server allocated (shown; judged by the HTTP probes).
 
     Servers of 2026 (b11434) state only the per-slot context at the default verbosity
     (``initializing, n_slots = 4, n_ctx_slot = 256``); the total is shown when the log has it.
     """
-    if spec.engine != "llama.cpp":
-        return None
     if facts.n_ctx is None and isinstance(facts.extra, LlamaCppExtra) \
             and facts.extra.n_ctx_seq is not None:
         return Check("context (n_ctx)", "-", f"{facts.extra.n_ctx_seq:,} per slot", "info",
@@ -208,11 +222,10 @@ def check_context(facts: BootFacts, spec: GateSpec) -> Check | None:
     return Check("context (n_ctx)", "-", shown(facts.n_ctx), "info", _lines(facts, "n_ctx"))
 
 
+@for_engines("llama.cpp")
 def check_kv_buffer(facts: BootFacts, spec: GateSpec) -> Check | None:
     """llama.cpp: the KV buffer in MiB (shown). At the default verbosity current servers do
     not log it, and neither /props, /slots nor /metrics states it; ``-lv 4`` logs it."""
-    if spec.engine != "llama.cpp":
-        return None
     if facts.kv_cache_mib is None:
         return Check("KV cache (MiB)", "-", "- (not logged; llamacpp.log_verbosity 4 logs it)",
                      "info")
@@ -220,7 +233,6 @@ def check_kv_buffer(facts: BootFacts, spec: GateSpec) -> Check | None:
                  _lines(facts, "kv_cache_mib"))
 
 
-BootCheck = Callable[[BootFacts, GateSpec], Check | None]
 BOOT_CHECKS: list[BootCheck] = [check_outcome, check_kv_pool, check_cudagraph_mode,
                                 check_context, check_kv_buffer]
 """Boot-log checks, run in order on a boot that reached ``ready`` (a boot that did not is

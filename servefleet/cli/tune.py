@@ -31,6 +31,7 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
     the target on NODE, with the prediction it rests on."""
     import yaml
 
+    from servefleet.core.engines import engine_of
     from servefleet.core.errors import ConfigError
     from servefleet.core.expectations import sim_engine_for
     from servefleet.core.kvplan import predict, solve_utilization
@@ -49,7 +50,7 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
     if node_name not in nodes:
         raise ConfigError(node_problems or unknown_name("node", node_name, nodes, "nodes/"))
     profile, node = profiles[profile_name], nodes[node_name]
-    if profile.vllm is None:
+    if not engine_of(profile).kv_planned:
         raise ConfigError(f"profiles/{profile_name}.yaml: engine {profile.engine}: tune plans "
                           "vLLM's KV pool only")
     cpu = sim_engine_for(profile, node)
@@ -109,18 +110,18 @@ def _cpu_overlay(profile: Profile, node_name: str, version: str, tokens: int | N
     (whole MiB) whose pool on the tiny twin reaches the target."""
     import yaml
 
+    from servefleet.core.engines.vllm import vllm_settings
     from servefleet.core.kvplan import facts_from_config
     from servefleet.core.kvplan.cpu import KV_BYTES_FLAG, cpu_layout, cpu_pool, solve_kv_bytes
     from servefleet.core.kvplan.pool import GIB
     from servefleet.sim.engines.tiny_qwen3_moe import CONFIG
 
-    assert profile.vllm is not None
     facts = facts_from_config(CONFIG, "the tiny twin (sim/engines/tiny_qwen3_moe.py)")
     engine = tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
     kv_bytes = solve_kv_bytes(facts, profile, engine, tokens=tokens, concurrency=concurrency,
                               fp8_kv=fp8_kv)
     pool = cpu_pool(facts, profile, engine, kv_bytes, fp8_kv)
-    args = [a for a in profile.vllm.extra_args if a.partition("=")[0] != KV_BYTES_FLAG]
+    args = [a for a in vllm_settings(profile).extra_args if a.partition("=")[0] != KV_BYTES_FLAG]
     lines = [
         f"# {profile.name} on {node_name}: the CPU build of vLLM {version} on {facts.source}",
         f"# tuned: KV pool {pool.kv_cache_tokens:,} tokens, concurrency at "

@@ -42,6 +42,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servefleet.core.bootlog.model import BootFacts, Evidence
+from servefleet.core.engines import ENGINES
+from servefleet.core.engines.vllm import VLLM
 from servefleet.core.health_table import CheckRow, Verdict
 from servefleet.core.models import Profile
 
@@ -142,9 +144,8 @@ def _unreadable(error: Exception) -> str:
 def kv_pool(facts: BootFacts) -> tuple[float, str] | None:
     """The pool a boot log states: ``(tokens, "tokens")`` for vLLM, ``(MiB, "MiB")`` for
     llama.cpp; ``None`` when the log does not state it."""
-    if facts.engine == "llama.cpp":
-        return (facts.kv_cache_mib, "MiB") if facts.kv_cache_mib else None
-    return (float(facts.kv_cache_tokens), "tokens") if facts.kv_cache_tokens else None
+    # A log no engine here wrote (sglang) states its pool in tokens, as vLLM's does.
+    return ENGINES.get(str(facts.engine), VLLM).kv_pool(facts)
 
 
 def _number(value: float, unit: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from servefleet.core.engines import engine_of
 from servefleet.core.health_table import CheckRow, Verdict
 from servefleet.core.models import Profile
 
@@ -28,23 +29,7 @@ SHOWN_CHARS = 160
 def instability_reason(profile: Profile) -> str | None:
     """Why this profile's outputs are expected to differ between identical requests, or
     ``None`` when nothing in its configuration explains it."""
-    spec = profile.speculative
-    if spec is not None:
-        kind = "MTP" if spec.is_mtp else spec.method
-        return (f"speculative decoding ({kind}) is on: drafted tokens are accepted differently "
-                "from run to run (vLLM + MTP: 4/12 tasks stable; stable with MTP off)")
-    settings = profile.llamacpp
-    if settings is not None:
-        causes = []
-        if settings.parallel != 1:
-            causes.append(f"{settings.parallel or 'auto'} slots")
-        if settings.cache_prompt is not False:
-            causes.append("the prompt cache on")
-        if causes:
-            return (f"llama.cpp with {' and '.join(causes)}: batch composition changes the "
-                    "floating-point order (server README cache_prompt; PR #22224); use "
-                    "parallel 1 and cache_prompt false")
-    return None
+    return engine_of(profile).instability(profile)
 
 
 def distinct_outputs(outputs: Sequence[str]) -> list[tuple[tuple[int, ...], str]]:

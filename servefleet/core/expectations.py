@@ -10,28 +10,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from servefleet.core.engines import engine_of
 from servefleet.core.models import Node, Profile
 from servefleet.core.models.inventory import SimEngine
 from servefleet.core.models.profile import CudaGraphMode
-from servefleet.core.project import profile_identity
-from servefleet.core.rules.facts import (
-    MTP_KV_SHRINK,
-    WHY_CUDAGRAPH_SPEC,
-    attention_backend,
-    default_cudagraph_mode,
-    flag_name,
-    flashinfer_spec_downgrade,
-    mtp_on,
-    spec_on,
-)
-
-# ``--optimization-level`` / ``-O<n>`` (0.13+): O0 no graphs, O1 PIECEWISE, O2/O3 full.
-OPTIMIZATION_LEVEL_MODES: dict[str, CudaGraphMode] = {
-    "0": "NONE", "1": "PIECEWISE", "2": "FULL_AND_PIECEWISE", "3": "FULL_AND_PIECEWISE",
-}
-CUDAGRAPH_MODES: tuple[CudaGraphMode, ...] = (
-    "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE",
-)
 
 
 class ExpectedHealth(BaseModel):
@@ -77,30 +59,6 @@ class ExpectedHealth(BaseModel):
     """One line per derived value or adjustment, saying why."""
 
 
-def _mode_from_extra_args(profile: Profile) -> tuple[CudaGraphMode, str] | None:
-    """A CUDA-graph mode forced through ``extra_args``: ``--compilation-config.cudagraph_mode=X``
-    or ``--optimization-level=N``. The last one wins, as in argparse."""
-    assert profile.vllm is not None
-    found: tuple[CudaGraphMode, str] | None = None
-    for arg in profile.vllm.extra_args:
-        flag, _, value = arg.partition("=")
-        name = flag_name(arg)
-        value = value.strip().strip("'\"").upper()
-        if name == "compilation-config" and flag.endswith(".cudagraph_mode"):
-            mode = next((m for m in CUDAGRAPH_MODES if m == value), None)
-            if mode is not None:
-                found = (mode, f"{arg} in vllm.extra_args")
-        elif name == "optimization-level" and value in OPTIMIZATION_LEVEL_MODES:
-            found = (OPTIMIZATION_LEVEL_MODES[value], f"{arg} in vllm.extra_args")
-    return found
-
-
-def _without_speculation(profile: Profile) -> Profile:
-    assert profile.vllm is not None
-    settings = profile.vllm.model_copy(update={"speculative": None})
-    return profile.model_copy(update={"vllm": settings})
-
-
 def sim_engine_for(profile: Profile, node: Node) -> SimEngine | None:
     """The real CPU engine that runs ``profile`` on a simulated node, or ``None`` (a real
     node, or an engine the node runs as the stand-in). A profile that builds an overlay image
@@ -134,45 +92,10 @@ def derive_expectations(profile: Profile, node: Node, *, predicted_kv: int | Non
     """The expectations of ``profile`` booted on ``node`` (pure; see the module docstring);
     ``predicted_kv``: the KV planner's pool for it (:mod:`servefleet.core.kvplan.gate`)."""
     health = profile.health
-    notes: list[str] = []
-    mode: CudaGraphMode | None = None
-    backend: str | None = None
-    kv_smaller_than: str | None = None
-    spec = profile.speculative
-
-    if profile.vllm is not None:
-        backend, backend_reason = attention_backend(profile, node)
-        notes.append(f"attention backend {backend}: {backend_reason}")
-        derived = default_cudagraph_mode(profile)
-        if derived is None:
-            notes.append(f"vLLM {profile.engine_version} predates CUDA-graph modes (0.10); "
-                         "the graph mode is not checked")
-        else:
-            notes.append(f"CUDA graphs start from {derived}, vLLM {profile.engine_version}'s "
-                         "default (PIECEWISE in 0.10.x, FULL_AND_PIECEWISE from 0.11; "
-                         "vllm/config/compilation.py)")
-        mode = derived
-        forced = _mode_from_extra_args(profile)
-        if forced is not None:
-            mode = forced[0]
-            notes.append(f"CUDA graphs forced to {mode} by {forced[1]}")
-        if profile.vllm.enforce_eager:
-            mode = "NONE"
-            notes.append("enforce_eager: no CUDA graphs, mode NONE")
-        elif mode not in (None, "NONE", "PIECEWISE") and flashinfer_spec_downgrade(profile, node):
-            assert spec is not None
-            mode = "PIECEWISE"
-            notes.append(
-                f"speculative decoding ({spec.method}) on FlashInfer off SM100 (SM "
-                f"{node.primary_gpu.compute_capability}): CUDA graphs fall back to PIECEWISE "
-                f"({WHY_CUDAGRAPH_SPEC})")
-        if spec is not None:
-            kv_smaller_than = profile_identity(_without_speculation(profile))
-            extra = (f"MTP draft heads, padding layers, {mode} graphs" if mtp_on(profile)
-                     else "draft state")
-            notes.append(
-                f"speculative decoding: the KV pool is expected smaller than the same profile "
-                f"without it ({extra}; about {MTP_KV_SHRINK:.0%} on GB10: 360k → 323k tokens)")
+    engine = engine_of(profile)
+    derived = engine.expectations(profile, node)
+    notes = list(derived.notes)
+    mode = derived.cudagraph_mode
 
     explicit = health.cudagraph_mode is not None
     if explicit:
@@ -182,31 +105,23 @@ def derive_expectations(profile: Profile, node: Node, *, predicted_kv: int | Non
         mode = health.cudagraph_mode
 
     deterministic = health.determinism.wanted
-    if deterministic and spec_on(profile):
+    why_not = engine.nondeterminism(profile) if deterministic else None
+    if why_not is not None:
         deterministic = False
-        assert spec is not None
-        notes.append(f"not deterministic: speculative decoding ({spec.method}) accepts drafted "
-                     "tokens differently from run to run (vLLM + MTP: 4/12 tasks stable)")
-    settings = profile.llamacpp
-    if deterministic and settings is not None and (
-        settings.parallel != 1 or settings.cache_prompt is not False
-    ):
-        deterministic = False
-        notes.append("not deterministic: llama.cpp needs parallel 1 and cache_prompt false for "
-                     "identical outputs (server README cache_prompt; PR #22224)")
+        notes.append(why_not)
 
     expected = ExpectedHealth(
         cudagraph_mode=mode,
         cudagraph_mode_explicit=explicit,
-        attention_backend=backend,
-        spec_decode=spec is not None,
+        attention_backend=derived.attention_backend,
+        spec_decode=profile.speculative is not None,
         min_kv_cache_tokens=health.min_kv_cache_tokens,
-        kv_smaller_than=kv_smaller_than,
+        kv_smaller_than=derived.kv_smaller_than,
         kv_tolerance=health.kv_tolerance,
         deterministic=deterministic,
         boot_deadline_seconds=health.boot_deadline_seconds,
         engine_version=profile.engine_version,
-        kv_cache_dtype=profile.vllm.kv_cache_dtype if profile.vllm else None,
+        kv_cache_dtype=engine.kv_cache_dtype(profile),
         predicted_kv_cache_tokens=predicted_kv,
         predicted_kv_basis=predicted_basis,
         kv_prediction_tolerance=health.kv_prediction_tolerance,

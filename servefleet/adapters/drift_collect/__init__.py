@@ -32,12 +32,14 @@ from servefleet.adapters.health_gate import http_get
 from servefleet.adapters.node_script import assemble
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.baselines import BASELINE_FILE
-from servefleet.core.bootlog import parse_bytes
+from servefleet.core.bootlog import parse_bytes, reader_for
 from servefleet.core.drift import (
     BootSummary,
     NodeObservation,
     ObservedDeploymentState,
 )
+from servefleet.core.engines import ENGINES
+from servefleet.core.engines.vllm import VLLM
 from servefleet.core.errors import ServefleetError
 from servefleet.core.gpu import parse_probe_json
 from servefleet.core.models import Node
@@ -207,7 +209,7 @@ def _boot_summary(raw: Mapping[str, Any] | None, engine: str) -> tuple[BootSumma
         data = zlib.decompress(base64.b64decode(raw.get("gz") or ""))
     except (ValueError, zlib.error) as error:
         return None, f"boot log could not be decoded: {error}"
-    facts = parse_bytes(data, engine if engine in ("vllm", "llama.cpp", "sglang") else "auto")
+    facts = parse_bytes(data, reader_for(engine))
     return BootSummary(outcome=facts.outcome, kv_cache_tokens=facts.kv_cache_tokens,
                        kv_cache_mib=facts.kv_cache_mib,
                        cudagraph_mode=facts.cudagraph_mode), None
@@ -293,7 +295,8 @@ def observation_from_answer(node: str, text: str,
 def version_url(address: str, port: int, engine: str) -> str:
     """Where an engine tells its version: vLLM ``/version``, llama-server ``/props``."""
     host = f"[{address}]" if ":" in address else address
-    path = "/props" if engine == "llama.cpp" else "/version"
+    # vLLM's endpoint for an engine the registry does not know, as before it had one.
+    path = ENGINES.get(engine, VLLM).version_path
     return f"http://{host}:{port}{path}"
 
 
@@ -312,7 +315,7 @@ def read_engine_version(address: str, port: int, engine: str, *, http: HttpGet =
         data = json.loads(body)
     except ValueError:
         return None, f"GET {url}: not JSON"
-    key = "build_info" if engine == "llama.cpp" else "version"
+    key = ENGINES.get(engine, VLLM).version_key
     value = data.get(key) if isinstance(data, dict) else None
     if not isinstance(value, str) or not value:
         return None, f"GET {url}: no {key!r} in the answer"

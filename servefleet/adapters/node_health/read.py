@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from servefleet.adapters import remote
 from servefleet.core.baselines import BASELINE_FILE, BaselineBook, parse_book
-from servefleet.core.bootlog import BootFacts, BootLogParser
+from servefleet.core.bootlog import BootFacts, BootLogParser, reader_for
 from servefleet.core.secrets import SecretMask
 
 LOG_TIMEOUT_SECONDS = 120
@@ -164,7 +164,7 @@ def split_runs(lines: Iterable[bytes], started_at: str | float | None
 
 def parse_lines(lines: Iterable[bytes], engine: str) -> BootFacts:
     """Boot facts of log lines (docker timestamps are understood by the parser)."""
-    parser = BootLogParser(engine if engine in ("vllm", "llama.cpp", "sglang") else "auto")
+    parser = BootLogParser(reader_for(engine))
     for line in lines:
         parser.feed(line)
     return parser.close()

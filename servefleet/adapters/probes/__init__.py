@@ -26,8 +26,9 @@ An API key (the profile's ``VLLM_API_KEY`` / ``LLAMA_API_KEY`` secret) goes only
 
 **Layout.** :mod:`.client` sends the requests (:class:`EngineClient`), :mod:`.shared` holds
 the probes both engines answer (``/health``, ``/v1/models``, chat, determinism),
-:mod:`.vllm` and :mod:`.llamacpp` the engine-specific ones, and :mod:`.run` runs them in
-order (:func:`run_probes`).
+:mod:`.vllm` and :mod:`.llamacpp` the engine-specific ones, :mod:`.engines` registers those
+by engine name (the names of :data:`servefleet.core.engines.ENGINES`), and :mod:`.run` runs
+them in order (:func:`run_probes`).
 """
 
 from servefleet.adapters.probes.client import (

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from servefleet.adapters.probes.client import EngineClient
-from servefleet.adapters.probes.llamacpp import probe_llamacpp_metrics, probe_props, probe_slots
+from servefleet.adapters.probes.engines import ENGINE_PROBES, ProbeCall, Step
 from servefleet.adapters.probes.shared import (
     ProbeResults,
     probe_chat,
@@ -14,7 +14,7 @@ from servefleet.adapters.probes.shared import (
     probe_health,
     probe_models,
 )
-from servefleet.adapters.probes.vllm import probe_long_prompt, probe_version, probe_vllm_metrics
+from servefleet.core.engines import engine_of
 from servefleet.core.expectations import ExpectedHealth
 from servefleet.core.health_table import CheckRow
 from servefleet.core.models import Profile
@@ -51,41 +51,23 @@ def run_probes(client: EngineClient, profile: Profile, *, chat: bool | None = No
             results.engine_down = True
             return results
     served = profile.model.served_name
+    engine = engine_of(profile)
     version = expected.engine_version if expected is not None else profile.engine_version
-    if expected is not None:
-        kv_dtype = expected.kv_cache_dtype
-    else:
-        kv_dtype = profile.vllm.kv_cache_dtype if profile.vllm else None
-    steps: list[Callable[[], list[CheckRow]]] = []
-    if profile.engine == "vllm":
-        max_len = profile.vllm.max_model_len if profile.vllm else None
-        if basic:
-            steps.append(lambda: probe_models(client, served, max_len))
-        steps.append(lambda: [probe_version(client, version)])
-    else:
-        slots: list[int | None] = [None]
-
-        def props() -> list[CheckRow]:
-            found, slots[0] = probe_props(client, profile, version, results.facts)
-            return found
-
-        if basic:
-            steps.append(lambda: probe_models(client, served, None))
-        steps += [props, lambda: [probe_slots(client, slots[0])]]
+    kv_dtype = expected.kv_cache_dtype if expected is not None \
+        else engine.kv_cache_dtype(profile)
+    own = ENGINE_PROBES[engine.name]
+    call = ProbeCall(client=client, profile=profile, version=version, kv_dtype=kv_dtype,
+                     results=results)
+    steps: list[Step] = []
+    if basic:
+        max_len = engine.max_model_len(profile)
+        steps.append(lambda: probe_models(client, served, max_len))
+    steps += own.identity(call)
     if chat:
         steps.append(lambda: [probe_chat(client, served, results)])
     if determinism:
         steps.append(lambda: [probe_determinism(client, profile, results)])
-    if profile.engine == "vllm":
-        steps.append(lambda: probe_vllm_metrics(client, profile, kv_dtype))
-
-        def long_prompt() -> list[CheckRow]:
-            row = probe_long_prompt(client, profile)
-            return [] if row is None else [row]
-
-        steps.append(long_prompt)
-    else:
-        steps.append(lambda: probe_llamacpp_metrics(client, profile))
+    steps += own.metrics(call)
     for step in steps:
         found = step()
         rows.extend(found)

@@ -10,10 +10,13 @@ from typing import Any, TypeVar
 
 from servefleet.adapters.probes.client import EngineClient, HttpAnswer
 from servefleet.core.determinism import judge_determinism
+from servefleet.core.engines import ENGINES
 from servefleet.core.health_table import CheckRow, Verdict, shown
 from servefleet.core.metrics import MetricsError
 from servefleet.core.models import Profile
 
+UNAVAILABLE_503 = "still loading the model, or unavailable"
+"""What a 503 from ``/health`` says of an engine the registry does not know."""
 CHAT_TIMEOUT_SECONDS = 120.0
 """A first request may wait for a lazy warm-up; still short against a boot."""
 CHAT_MAX_TOKENS = 32
@@ -71,10 +74,9 @@ def probe_health(client: EngineClient, engine: str) -> CheckRow:
     if answer.status == 200:
         return _row("GET /health", "200", "200", "pass")
     observed = answer.shown()
-    if answer.status == 503 and engine == "vllm":
-        observed += " (vLLM answers 503 once its engine core is dead)"
-    elif answer.status == 503:
-        observed += " (still loading the model, or unavailable)"
+    if answer.status == 503:
+        known = ENGINES.get(engine)
+        observed += f" ({known.health_503 if known else UNAVAILABLE_503})"
     return _row("GET /health", "200", observed, "fail", f"{url}: {answer.shown()}")
 
 

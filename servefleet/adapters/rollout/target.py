@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from servefleet.adapters.health_gate import GateSpec, unchanged_profile
+from servefleet.core.engines import engine_of
 from servefleet.core.models import Deployment, Node, Profile
 from servefleet.core.project import Project
 from servefleet.core.render import RenderedRelease
-from servefleet.core.rules.facts import gpu_memory_utilization
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,7 @@ class Target:
 
 def _utilization(profile: Profile) -> float | None:
     """The share of GPU memory a vLLM engine takes (None: llama.cpp, not checked)."""
-    if profile.vllm is None:
-        return None
-    return gpu_memory_utilization(profile)
+    return engine_of(profile).gpu_memory_utilization(profile)
 
 
 

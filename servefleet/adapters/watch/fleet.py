@@ -23,6 +23,7 @@ from servefleet.adapters.watch.read import (
     read_timeout,
 )
 from servefleet.adapters.watch.recover import Recovery
+from servefleet.core.engines import engine_of
 from servefleet.core.errors import ConfigError, ServefleetError
 from servefleet.core.models import Node
 from servefleet.core.models.watch import WatchConfig
@@ -63,9 +64,7 @@ def watched(project: Project, nodes: Sequence[str] | None = None) -> list[Watche
     found = []
     for dep in project.deployments(list(nodes) if nodes else None):
         profile = project.profiles[dep.profile]
-        utilization = None
-        if profile.vllm is not None:
-            utilization = profile.vllm.gpu_memory_utilization or 0.9
+        utilization = engine_of(profile).gpu_memory_utilization(profile)
         found.append(WatchedDeployment(node=dep.node, name=dep.name,
                                        port=project.port_of(dep), engine=profile.engine,
                                        model=profile.model.served_name, profile=dep.profile,

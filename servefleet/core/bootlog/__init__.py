@@ -24,6 +24,7 @@ from servefleet.core.bootlog.parser import (
     parse_bytes,
     parse_file,
     parse_text,
+    reader_for,
 )
 
 __all__ = [
@@ -42,4 +43,5 @@ __all__ = [
     "parse_bytes",
     "parse_file",
     "parse_text",
+    "reader_for",
 ]

@@ -80,6 +80,8 @@ def detect_engine(line: LogLine) -> Engine | None:
             return engine
     if text.startswith("build: ") and _LLAMA_BUILD.match(text):
         return "llama.cpp"
+    # Which engine wrote the log, from its logger header: a fact of the log format the
+    # readers detect before any profile is known, not a branch on a profile's engine.
     if line.header == "llama.cpp":
         return "llama.cpp"
     return None
@@ -92,7 +94,7 @@ def weak_engine(line: LogLine) -> Engine | None:
     for token, engine in WEAK_TOKENS:
         if token in text:
             return engine
-    if line.header == "vllm":
+    if line.header == "vllm":  # the logger header again (see detect_engine)
         return "vllm"
     return None
 

@@ -41,6 +41,12 @@ ENGINES: dict[str, tuple[type[EngineState], tuple[Rule, ...]]] = {
 }
 ENGINE_CHOICES: tuple[str, ...] = ("auto", *get_args(Engine))
 
+
+def reader_for(engine: str) -> str:
+    """The boot-log reader for an engine's name: its own when there is one (``vllm``,
+    ``llama.cpp``, ``sglang``), else ``auto`` (detected from the log)."""
+    return engine if engine in get_args(Engine) else "auto"
+
 #: Input is scanned in blocks of this size (and parse_file reads this much at a time).
 #: Each block is searched once per anchor; 128 KiB stays in the CPU cache across those
 #: passes (measured: 1.6x the throughput of 1 MiB blocks, 2.9x that of 4 MiB).

@@ -15,6 +15,8 @@ rows of :data:`servefleet.core.kvplan.accuracy.CPU_ROWS`.
 
 from __future__ import annotations
 
+from servefleet.core.engines import engine_of
+from servefleet.core.engines.vllm import vllm_settings
 from servefleet.core.kvplan.modelconfig import ModelFacts
 from servefleet.core.kvplan.pool import GIB, PoolFigures, PoolLayout, bytes_for, figures, layout
 from servefleet.core.models import Profile
@@ -31,7 +33,8 @@ included: the recorded boot with ``turboquant_4bit_nc`` got the bf16 pool) is ``
 def explicit_kv_bytes(profile: Profile) -> int | None:
     """``--kv-cache-memory-bytes=N`` in ``vllm.extra_args`` (the last one wins), if any."""
     found = None
-    for arg in profile.vllm.extra_args if profile.vllm else ():
+    # A vLLM flag: llama-server refuses it, so no other engine's profile carries it.
+    for arg in engine_of(profile).extra_args(profile):
         flag, sep, value = arg.partition("=")
         if flag == KV_BYTES_FLAG and sep and value.strip().isdigit():
             found = int(value.strip())
@@ -42,11 +45,11 @@ def cpu_layout(facts: ModelFacts, profile: Profile, version: tuple[int, ...],
                fp8_kv: bool = True) -> PoolLayout:
     """The pool layout of ``profile``'s flags on the CPU build (``fp8_kv``: the machine
     keeps an FP8 KV cache; without AVX-512 or AMX it keeps the model dtype)."""
-    assert profile.vllm is not None
-    dtype = CPU_KV_DTYPES.get(profile.vllm.kv_cache_dtype or "auto", "auto") if fp8_kv \
+    settings = vllm_settings(profile)
+    dtype = CPU_KV_DTYPES.get(settings.kv_cache_dtype or "auto", "auto") if fp8_kv \
         else "auto"
     return layout(facts, kv_dtype=dtype, version=version, dense_block_size=CPU_BLOCK_SIZE,
-                  prefix_caching=bool(profile.vllm.enable_prefix_caching))
+                  prefix_caching=bool(settings.enable_prefix_caching))
 
 
 def cpu_budget(profile: Profile, env_space_gib: int | None) -> tuple[int, str]:
@@ -63,8 +66,7 @@ def cpu_budget(profile: Profile, env_space_gib: int | None) -> tuple[int, str]:
 
 def max_len(facts: ModelFacts, profile: Profile) -> int:
     """``max_model_len``: the profile's, else the served model's own limit."""
-    assert profile.vllm is not None
-    return profile.vllm.max_model_len or facts.max_position_embeddings or 0
+    return vllm_settings(profile).max_model_len or facts.max_position_embeddings or 0
 
 
 def cpu_pool(facts: ModelFacts, profile: Profile, version: tuple[int, ...],

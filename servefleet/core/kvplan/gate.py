@@ -13,6 +13,7 @@ from pathlib import Path
 
 from servefleet.core.baselines import BaselineBook, kv_pool
 from servefleet.core.bootlog.model import BootFacts
+from servefleet.core.engines import engine_of
 from servefleet.core.errors import ServefleetError
 from servefleet.core.expectations import ExpectedHealth, derive_expectations
 from servefleet.core.health_table import CheckRow
@@ -32,7 +33,8 @@ def expectations_with_prediction(profiles_dir: Path | None, profile: Profile, no
     (calibrated on the node's baselines when they hold a measured boot); without one when
     the profile pins no model config, is not vLLM, or ``profiles_dir`` is unknown."""
     plain = derive_expectations(profile, node)
-    if profiles_dir is None or profile.vllm is None or profile.model.config is None:
+    if profiles_dir is None or not engine_of(profile).kv_planned \
+            or profile.model.config is None:
         return plain
     try:
         facts = facts_for_profile(profiles_dir, profile)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servefleet.core.engines.vllm import vllm_settings
 from servefleet.core.kvplan.cpu import KV_BYTES_FLAG, explicit_kv_bytes
 from servefleet.core.kvplan.modelconfig import ModelFacts
 from servefleet.core.kvplan.pool import GIB, PoolFigures, PoolLayout, bytes_for, figures, layout
@@ -71,8 +72,7 @@ def _tokens(n: int) -> str:
 
 
 def _settings(profile: Profile) -> tuple[float, int, int]:
-    vllm = profile.vllm
-    assert vllm is not None
+    vllm = vllm_settings(profile)
     util = gpu_memory_utilization(profile)
     max_len = vllm.max_model_len or profile.model.native_context or 0
     return util, max_len, vllm.tensor_parallel_size or 1
@@ -80,8 +80,7 @@ def _settings(profile: Profile) -> tuple[float, int, int]:
 
 def profile_layout(facts: ModelFacts, profile: Profile) -> PoolLayout:
     """The pool layout of ``profile``'s flags (prefix caching default: on from 0.26)."""
-    vllm = profile.vllm
-    assert vllm is not None
+    vllm = vllm_settings(profile)
     spec = vllm.speculative
     prefix = vllm.enable_prefix_caching
     if prefix is None:
@@ -142,8 +141,8 @@ def predict(facts: ModelFacts, profile: Profile, node: Node,
 
 def with_settings(profile: Profile, **changes: object) -> Profile:
     """``profile`` with some vLLM settings changed (for solving)."""
-    assert profile.vllm is not None
-    return profile.model_copy(update={"vllm": profile.vllm.model_copy(update=changes)})
+    settings = vllm_settings(profile).model_copy(update=changes)
+    return profile.model_copy(update={"vllm": settings})
 
 
 def solve_utilization(facts: ModelFacts, profile: Profile, node: Node, *,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from servefleet.core.baselines import BaselineBook, parse_book
+from servefleet.core.engines import engine_of
 from servefleet.core.errors import ServefleetError
 from servefleet.core.expectations import derive_expectations
 from servefleet.core.kvplan.modelconfig import facts_for_profile
@@ -23,7 +24,7 @@ from servefleet.core.project import PROFILES_DIR, Project, profile_identity
 
 def _prediction(profiles_dir: Path, profile: Profile, node: Node,
                 calibration: Calibration | None = None) -> Prediction | None:
-    if profile.vllm is None:
+    if not engine_of(profile).kv_planned:
         return None
     facts = facts_for_profile(profiles_dir, profile)
     return None if facts is None else predict(facts, profile, node, calibration)
@@ -36,14 +37,14 @@ def calibration_from_book(book: BaselineBook | None, profiles: Mapping[str, Prof
     serves the same pinned model config and runs the same vLLM version. ``target``'s own
     baseline first, then the newest. ``None`` on a simulated node: its baselines are the CPU
     build's pool on the tiny twin, not a measurement of the GPU it is shaped like."""
-    if book is None or node.sim is not None or target.vllm is None \
+    if book is None or node.sim is not None or not engine_of(target).kv_planned \
             or target.model.config is None:
         return None
     found: list[tuple[bool, str, Calibration]] = []
     for baseline in book.baselines.values():
         profile = profiles.get(baseline.profile)
-        if profile is None or profile.vllm is None or baseline.unit != "tokens" \
-                or baseline.engine != "vllm" or profile.model.config != target.model.config \
+        if profile is None or profile.engine != target.engine or baseline.unit != "tokens" \
+                or baseline.engine != target.engine or profile.model.config != target.model.config \
                 or profile.engine_version != target.engine_version \
                 or profile_identity(profile) != baseline.profile_identity:
             continue
@@ -82,7 +83,7 @@ def engine_preview(profiles_dir: Path, old: Profile | None, new: Profile, node: 
     """One line for a changed vLLM deployment (``None`` for other engines), calibrated on
     ``calibration`` when given. A simulated node is judged as the GPU node it is shaped
     like: its CPU build boots another pool."""
-    if new.vllm is None:
+    if not engine_of(new).kv_planned:
         return None
     gpu_node = node.model_copy(update={"sim": None}) if node.sim is not None else node
     after = _prediction(profiles_dir, new, gpu_node, calibration)
@@ -102,7 +103,7 @@ def engine_preview(profiles_dir: Path, old: Profile | None, new: Profile, node: 
                      else f" ({change:+.0%}; blocks {blocks:+.0%})").replace("-", "−")
     new_mode = derive_expectations(new, gpu_node).cudagraph_mode
     old_mode = derive_expectations(old, gpu_node).cudagraph_mode if old is not None \
-        and old.vllm is not None else None
+        and old.engine == new.engine else None
     if new_mode is not None and old_mode is not None and new_mode != old_mode:
         parts.append(f"CUDA graphs {old_mode} → {new_mode}{_graph_reason(new, gpu_node)}")
     elif new_mode is not None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servefleet.core.engines.vllm import vllm_settings
 from servefleet.core.kvplan.modelconfig import ModelFacts
 from servefleet.core.models import Node, Profile
 from servefleet.core.rules.facts import attention_backend
@@ -149,12 +150,12 @@ def estimate(inputs: ReserveInputs) -> Reserve:
 def default_batch(profile: Profile, node: Node) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) in effect: the profile's, else vLLM's
     hardware default for ``vllm serve`` (``get_batch_defaults``)."""
-    assert profile.vllm is not None
+    settings = vllm_settings(profile)
     gpu = node.primary_gpu
     small = (gpu.sm == (12, 1) and profile.version >= GB10_SMALL_TIER_SINCE) or (
         gpu.cuda_total_gib < 70 or "A100" in gpu.name)
-    tokens = profile.vllm.max_num_batched_tokens or (2048 if small else 8192)
-    seqs = profile.vllm.max_num_seqs or (256 if small else 1024)
+    tokens = settings.max_num_batched_tokens or (2048 if small else 8192)
+    seqs = settings.max_num_seqs or (256 if small else 1024)
     return tokens, min(seqs, tokens)
 
 
@@ -171,7 +172,6 @@ def inputs_for(facts: ModelFacts, profile: Profile, node: Node) -> ReserveInputs
     # Imported here: the expectations import the rules, whose memory rules use this module.
     from servefleet.core.expectations import derive_expectations
 
-    assert profile.vllm is not None
     tokens, seqs = default_batch(profile, node)
     spec = profile.speculative
     backend, _ = attention_backend(profile, node)

@@ -367,6 +367,15 @@ class HealthExpectations(StrictModel):
     """Determinism wishes and probe."""
 
 
+ENGINE_SETTINGS: dict[str, tuple[str, type[StrictModel] | None]] = {
+    "vllm": ("vllm", VllmSettings),
+    "llama.cpp": ("llamacpp", None),
+}
+"""Each engine's settings field, and the settings it gets when the profile gives none
+(``None``: the profile must give them). The models cannot import the engine registry
+(:mod:`servefleet.core.engines` builds on them), so this table stays here."""
+
+
 class Profile(StrictModel):
     """A resolved serving profile (after ``extends``)."""
 
@@ -428,16 +437,14 @@ class Profile(StrictModel):
 
     @model_validator(mode="after")
     def _engine_settings_match(self) -> Profile:
-        if self.engine == "vllm":
-            if self.llamacpp is not None:
-                raise ValueError("engine is vllm but 'llamacpp' settings are given")
-            if self.vllm is None:
-                object.__setattr__(self, "vllm", VllmSettings())
-        else:
-            if self.vllm is not None:
-                raise ValueError("engine is llama.cpp but 'vllm' settings are given")
-            if self.llamacpp is None:
-                raise ValueError("engine llama.cpp needs 'llamacpp' settings (at least gguf)")
+        own, default = ENGINE_SETTINGS[self.engine]
+        for engine, (field, _) in ENGINE_SETTINGS.items():
+            if engine != self.engine and getattr(self, field) is not None:
+                raise ValueError(f"engine is {self.engine} but {field!r} settings are given")
+        if getattr(self, own) is None:
+            if default is None:
+                raise ValueError(f"engine {self.engine} needs {own!r} settings (at least gguf)")
+            object.__setattr__(self, own, default())
         overlap = set(self.env) & set(self.secret_env)
         if overlap:
             raise ValueError(f"{sorted(overlap)} are in both env and secret_env")
@@ -456,7 +463,8 @@ class Profile(StrictModel):
     @property
     def speculative(self) -> SpeculativeConfig | None:
         """The speculative-decoding settings, if any."""
-        return self.vllm.speculative if self.vllm else None
+        settings = self.vllm  # only vLLM speculates here
+        return settings.speculative if settings is not None else None
 
     def patch_provides(self, capability: str) -> bool:
         """Whether some patch overlay declares ``capability``."""

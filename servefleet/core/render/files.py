@@ -11,6 +11,7 @@ from typing import Any
 
 import jinja2
 
+from servefleet.core.engines import engine_of
 from servefleet.core.errors import RenderError
 from servefleet.core.models import Node, Profile
 from servefleet.core.project import PROFILES_DIR
@@ -34,21 +35,6 @@ from servefleet.core.render.layout import (
     overlay_image_name,
 )
 from servefleet.core.render.templating import TEMPLATE_FILES, render_override
-
-
-def _healthcheck(profile: Profile, port: int) -> list[str]:
-    """Exec-form test: python3 in vLLM images (no curl guaranteed), curl in llama.cpp's."""
-    if profile.engine == "vllm":
-        url = f"http://127.0.0.1:{port}/health"
-        code = f"import urllib.request; urllib.request.urlopen({url!r}, timeout=5)"
-        return ["CMD", "python3", "-c", code]
-    assert profile.llamacpp is not None
-    host = profile.llamacpp.host.split(",")[0]
-    if host in ("0.0.0.0", "::", "") or host.endswith(".sock"):
-        host = "127.0.0.1"
-    elif ":" in host:
-        host = f"[{host}]"
-    return ["CMD", "curl", "-fsS", "-o", "/dev/null", f"http://{host}:{port}/health"]
 
 
 def _labels(node: Node, deployment: str, profile: Profile, identity: str,
@@ -82,7 +68,8 @@ def render_files(inputs: RenderInputs, release_id: str) -> dict[str, bytes]:
         # Not created when missing: a node without its model files should fail loudly.
         volumes.append({"source": node.models_dir, "target": MODELS_TARGET, "read_only": True,
                         "create": False})
-    tensor_parallel = profile.vllm.tensor_parallel_size if profile.vllm else None
+    engine = engine_of(profile)
+    gpu_count = engine.gpu_count(profile)
     common: dict[str, Any] = {
         "profile_name": profile.name,
         "node_name": node.name,
@@ -103,7 +90,7 @@ def render_files(inputs: RenderInputs, release_id: str) -> dict[str, bytes]:
         "build": {"base_image": base_image} if builds else None,
         "command": inputs.argv,
         "shm_size": profile.shm_size,
-        "gpu_count": tensor_parallel if tensor_parallel else "all",
+        "gpu_count": gpu_count if gpu_count else "all",
         "volumes": volumes,
         "environment": dict(sorted({**profile.env,
                                     **(inputs.rank.environment if inputs.rank else {})}.items())),
@@ -111,7 +98,8 @@ def render_files(inputs: RenderInputs, release_id: str) -> dict[str, bytes]:
         "cap_add": list(inputs.rank.cap_add) if inputs.rank else [],
         "healthcheck": {
             # A headless rank has no API to ask; Docker's NONE turns the check off.
-            "test": _healthcheck(profile, port) if inputs.rank is None or
+            # Exec form: python3 in vLLM images (no curl guaranteed), curl in llama.cpp's.
+            "test": engine.healthcheck(profile, port) if inputs.rank is None or
             inputs.rank.serves_api else ["NONE"],
             "interval": HEALTH_INTERVAL,
             "timeout": HEALTH_TIMEOUT,

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from servefleet.core.engines import engine_of
 from servefleet.core.errors import RenderError
 from servefleet.core.models import Deployment, MultiNodeDeployment, Node
 from servefleet.core.project import Project
@@ -129,7 +130,7 @@ def render_multinode(project: Project, dep: MultiNodeDeployment,
     profile = project.profiles.get(dep.profile)
     if profile is None:
         raise RenderError(f"{dep.key}: no profile {dep.profile!r}")
-    if profile.engine != "vllm":
+    if not engine_of(profile).spans_nodes:
         raise RenderError(f"{dep.key}: profile {profile.name} runs {profile.engine}; only "
                           "vLLM engines span nodes here")
     deployments = rank_deployments(project, dep)

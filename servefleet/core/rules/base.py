@@ -13,7 +13,7 @@ id. Three scopes exist:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -206,6 +206,14 @@ class Rule:
     """One line for humans: what the rule guards against."""
     check: Callable[[Any], Iterable[Issue]]
     """The check: a context in, issues out."""
+    engines: frozenset[str] | None = None
+    """Names of the engines (:data:`servefleet.core.engines.ENGINES`) whose profiles the
+    rule checks; ``None``: every engine. :func:`~servefleet.core.rules.validate` runs a
+    profile or placement rule only on profiles of these engines."""
+
+    def applies_to(self, engine: str) -> bool:
+        """Whether the rule checks profiles of ``engine``."""
+        return self.engines is None or engine in self.engines
 
     def run(self, context: Context) -> list[Finding]:
         """Run the check and stamp each issue with this rule's id and severity."""
@@ -218,27 +226,30 @@ class Rule:
 
 
 def _rule(
-    scope: Scope, rule_id: str, severity: Severity
+    scope: Scope, rule_id: str, severity: Severity, engines: Collection[str] | None = None
 ) -> Callable[[Callable[..., Iterable[Issue]]], Rule]:
     def wrap(check: Callable[..., Iterable[Issue]]) -> Rule:
         summary = (check.__doc__ or rule_id).strip().splitlines()[0]
-        return Rule(id=rule_id, severity=severity, scope=scope, summary=summary, check=check)
+        return Rule(id=rule_id, severity=severity, scope=scope, summary=summary, check=check,
+                    engines=None if engines is None else frozenset(engines))
 
     return wrap
 
 
 def profile_rule(
-    rule_id: str, severity: Severity
+    rule_id: str, severity: Severity, *, engines: Collection[str] | None = None
 ) -> Callable[[Callable[[ProfileContext], Iterable[Issue]]], Rule]:
-    """Make a profile-scope rule of a check function (its docstring's first line = summary)."""
-    return _rule(Scope.PROFILE, rule_id, severity)
+    """Make a profile-scope rule of a check function (its docstring's first line = summary);
+    ``engines``: the engines whose profiles it checks (default: all)."""
+    return _rule(Scope.PROFILE, rule_id, severity, engines)
 
 
 def placement_rule(
-    rule_id: str, severity: Severity
+    rule_id: str, severity: Severity, *, engines: Collection[str] | None = None
 ) -> Callable[[Callable[[PlacementContext], Iterable[Issue]]], Rule]:
-    """Make a placement-scope rule of a check function."""
-    return _rule(Scope.PLACEMENT, rule_id, severity)
+    """Make a placement-scope rule of a check function; ``engines`` as for
+    :func:`profile_rule`."""
+    return _rule(Scope.PLACEMENT, rule_id, severity, engines)
 
 
 def node_rule(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from servefleet.core.engines.vllm import VLLM
 from servefleet.core.rules.base import Issue, ProfileContext, Severity, profile_rule
 from servefleet.core.rules.facts import (
     ARCHITECTURE_SINCE,
@@ -31,12 +32,12 @@ def _missing(fact: FeatureFact, version: tuple[int, ...]) -> str | None:
     return None
 
 
-@profile_rule("architecture-not-in-version", Severity.ERROR)
+@profile_rule("architecture-not-in-version", Severity.ERROR, engines=(VLLM.name,))
 def architecture_not_in_version(ctx: ProfileContext) -> Iterator[Issue]:
     """The model's architecture is newer than the profile's vLLM."""
     profile = ctx.profile
     arch = profile.model.architecture
-    if profile.vllm is None or not version_known(profile) or arch not in ARCHITECTURE_SINCE:
+    if not version_known(profile) or arch not in ARCHITECTURE_SINCE:
         return
     fact = ARCHITECTURE_SINCE[arch]
     if _missing(fact, profile.version) is None:
@@ -51,12 +52,12 @@ def architecture_not_in_version(ctx: ProfileContext) -> Iterator[Issue]:
     )
 
 
-@profile_rule("speculative-method-not-in-version", Severity.ERROR)
+@profile_rule("speculative-method-not-in-version", Severity.ERROR, engines=(VLLM.name,))
 def speculative_method_not_in_version(ctx: ProfileContext) -> Iterator[Issue]:
     """The speculative method is not a choice of the profile's vLLM."""
     profile = ctx.profile
     spec = profile.speculative
-    if profile.vllm is None or spec is None or not version_known(profile):
+    if spec is None or not version_known(profile):
         return
     fact = SPEC_METHOD_SINCE.get(spec.method)
     if fact is None:

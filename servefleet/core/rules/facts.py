@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servefleet.core.engines import engine_of
+from servefleet.core.engines.vllm import vllm_settings
 from servefleet.core.models import Node, Profile
 from servefleet.core.models.profile import CudaGraphMode
 
@@ -60,9 +62,9 @@ def default_cudagraph_mode(profile: Profile) -> CudaGraphMode | None:
 
 def gpu_memory_utilization(profile: Profile) -> float:
     """The utilization in effect: explicit, else the version's default."""
-    assert profile.vllm is not None
-    if profile.vllm.gpu_memory_utilization is not None:
-        return profile.vllm.gpu_memory_utilization
+    explicit = vllm_settings(profile).gpu_memory_utilization
+    if explicit is not None:
+        return explicit
     return default_gpu_memory_utilization(profile)
 
 
@@ -357,7 +359,7 @@ def mtp_on(profile: Profile) -> bool:
 def chunked_prefill_on(profile: Profile) -> bool:
     """Chunked prefill in effect: explicit, or the V1 default for generative models
     (vllm 0.21.0 ``arg_utils.py _set_default_chunked_prefill_and_prefix_caching_args``)."""
-    return profile.vllm is not None and profile.vllm.enable_chunked_prefill is not False
+    return vllm_settings(profile).enable_chunked_prefill is not False
 
 
 def has_capability(profile: Profile, capability: str, pr: int | None = None) -> bool:
@@ -401,13 +403,13 @@ def attention_backend(profile: Profile, node: Node) -> tuple[str, str]:
     no FP8 KV cache outside Hopper's FA3, so an FP8 KV cache elsewhere lands on FlashInfer
     (seen on GB10 with ``fp8_e4m3``: "Same FLASHINFER attention backend").
     """
-    assert profile.vllm is not None
-    if profile.vllm.attention_backend:
-        return profile.vllm.attention_backend.upper(), "set in vllm.attention_backend"
+    settings = vllm_settings(profile)
+    if settings.attention_backend:
+        return settings.attention_backend.upper(), "set in vllm.attention_backend"
     env = profile.env.get("VLLM_ATTENTION_BACKEND")
     if env:
         return env.upper(), "set in env.VLLM_ATTENTION_BACKEND"
-    kv = profile.vllm.kv_cache_dtype
+    kv = settings.kv_cache_dtype
     if is_turboquant(kv):
         return "TURBOQUANT", f"kv_cache_dtype {kv} selects the TurboQuant backend"
     if is_sm100(node):
@@ -421,7 +423,8 @@ def attention_backend(profile: Profile, node: Node) -> tuple[str, str]:
 def flashinfer_spec_downgrade(profile: Profile, node: Node) -> bool:
     """Speculative decoding with FlashInfer off SM100: vLLM turns FULL decode graphs into
     PIECEWISE (``resolve_cudagraph_mode_and_sizes``, vllm 0.21.0 compilation.py)."""
-    if profile.vllm is None or not spec_on(profile) or profile.vllm.enforce_eager:
+    # Speculative settings exist only in a vLLM profile.
+    if not spec_on(profile) or vllm_settings(profile).enforce_eager:
         return False
     backend, _ = attention_backend(profile, node)
     return backend == "FLASHINFER" and not is_sm100(node)
@@ -462,4 +465,4 @@ def weights_gib(profile: Profile) -> float:
     spec = profile.speculative
     if spec is not None and spec.is_mtp:
         weights += MTP_WEIGHTS_GIB
-    return weights / (profile.vllm.tensor_parallel_size or 1 if profile.vllm else 1)
+    return weights / (engine_of(profile).gpu_count(profile) or 1)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from servefleet.core.engines import engine_of
+from servefleet.core.engines.llamacpp import LLAMACPP
+from servefleet.core.engines.vllm import VLLM, vllm_settings
 from servefleet.core.rules.base import Issue, ProfileContext, Severity, profile_rule, show
 from servefleet.core.rules.facts import (
     ENV_FACTS,
@@ -21,17 +24,20 @@ from servefleet.core.rules.facts import (
 
 WHY_FLAGS = "vLLM arg_utils.py / cli_args.py of the released wheels (first checked release)"
 
+MANAGED_FLAGS: dict[str, dict[str, str]] = {
+    VLLM.name: VLLM_MANAGED_FLAGS,
+    LLAMACPP.name: LLAMACPP_MANAGED_FLAGS,
+}
+"""Each engine's flags servefleet renders from typed fields (flag → profile field)."""
+
 
 @profile_rule("extra-args-duplicate-managed-flag", Severity.ERROR)
 def extra_args_duplicate_managed_flag(ctx: ProfileContext) -> Iterator[Issue]:
     """An extra argument repeats a flag servefleet renders from a typed field."""
     profile = ctx.profile
-    if profile.vllm is not None:
-        section, args, managed = "vllm", profile.vllm.extra_args, VLLM_MANAGED_FLAGS
-    elif profile.llamacpp is not None:
-        section, args, managed = "llamacpp", profile.llamacpp.extra_args, LLAMACPP_MANAGED_FLAGS
-    else:
-        return
+    engine = engine_of(profile)
+    section, args = engine.settings_field, engine.extra_args(profile)
+    managed = MANAGED_FLAGS[engine.name]
     for index, arg in enumerate(args):
         name = flag_name(arg)
         base = negated(name) or name
@@ -48,12 +54,12 @@ def extra_args_duplicate_managed_flag(ctx: ProfileContext) -> Iterator[Issue]:
         )
 
 
-@profile_rule("flag-not-in-version", Severity.ERROR)
+@profile_rule("flag-not-in-version", Severity.ERROR, engines=(VLLM.name,))
 def flag_not_in_version(ctx: ProfileContext) -> Iterator[Issue]:
     """A flag the profile's vLLM version does not have (e.g. --language-model-only < 0.17)."""
     profile = ctx.profile
-    vllm = profile.vllm
-    if vllm is None or not version_known(profile):
+    vllm = vllm_settings(profile)
+    if not version_known(profile):
         return
     version = profile.engine_version
     for field, flag in FIELD_FLAGS.items():
@@ -92,11 +98,11 @@ def flag_not_in_version(ctx: ProfileContext) -> Iterator[Issue]:
         )
 
 
-@profile_rule("env-var-not-in-version", Severity.WARNING)
+@profile_rule("env-var-not-in-version", Severity.WARNING, engines=(VLLM.name,))
 def env_var_not_in_version(ctx: ProfileContext) -> Iterator[Issue]:
     """An engine environment variable the profile's vLLM version does not read."""
     profile = ctx.profile
-    if profile.engine != "vllm" or not version_known(profile):
+    if not version_known(profile):
         return
     for name, value in profile.env.items():
         fact = ENV_FACTS.get(name)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from servefleet.core.engines import engine_of
+from servefleet.core.engines.vllm import VLLM, vllm_settings
 from servefleet.core.rules.base import Issue, PlacementContext, Severity, placement_rule
 from servefleet.core.rules.facts import (
     ARCH_PLATFORM,
@@ -23,11 +25,12 @@ def _format_uses(ctx: PlacementContext, formats: frozenset[str], kv: frozenset[s
     uses: list[tuple[str, str]] = []
     if profile.model.quant_format in formats:
         uses.append(("model.quant_format", str(profile.model.quant_format)))
-    if profile.vllm is not None:
-        if profile.vllm.kv_cache_dtype in kv:
-            uses.append(("vllm.kv_cache_dtype", str(profile.vllm.kv_cache_dtype)))
-        if profile.vllm.quantization in methods:
-            uses.append(("vllm.quantization", str(profile.vllm.quantization)))
+    engine = engine_of(profile)
+    kv_dtype, method = engine.kv_cache_dtype(profile), engine.quantization(profile)
+    if kv_dtype in kv:
+        uses.append((f"{engine.settings_field}.kv_cache_dtype", str(kv_dtype)))
+    if method in methods:
+        uses.append((f"{engine.settings_field}.quantization", str(method)))
     return uses
 
 
@@ -86,11 +89,11 @@ def image_platform_mismatch(ctx: PlacementContext) -> Iterator[Issue]:
     )
 
 
-@placement_rule("tensor-parallel-exceeds-gpus", Severity.ERROR)
+@placement_rule("tensor-parallel-exceeds-gpus", Severity.ERROR, engines=(VLLM.name,))
 def tensor_parallel_exceeds_gpus(ctx: PlacementContext) -> Iterator[Issue]:
     """tensor_parallel_size larger than the node's GPU count."""
-    vllm = ctx.profile.vllm
-    if vllm is None or vllm.tensor_parallel_size is None:
+    vllm = vllm_settings(ctx.profile)
+    if vllm.tensor_parallel_size is None:
         return
     tp, count = vllm.tensor_parallel_size, ctx.node.gpu_count
     if tp <= count:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from servefleet.core.engines.vllm import VLLM, vllm_settings
 from servefleet.core.rules.base import Issue, ProfileContext, Severity, profile_rule
 from servefleet.core.rules.facts import (
     CAP_TURBOQUANT_HYBRID,
@@ -25,15 +26,16 @@ from servefleet.core.rules.facts import (
 )
 
 FIELD = "vllm.kv_cache_dtype"
+VLLM_ONLY = (VLLM.name,)
 
 
-@profile_rule("kv-cache-dtype-not-in-version", Severity.ERROR)
+@profile_rule("kv-cache-dtype-not-in-version", Severity.ERROR, engines=VLLM_ONLY)
 def kv_cache_dtype_not_in_version(ctx: ProfileContext) -> Iterator[Issue]:
     """A kv_cache_dtype value the profile's vLLM version does not accept."""
     profile = ctx.profile
-    if profile.vllm is None or not version_known(profile):
+    if not version_known(profile):
         return
-    kv = profile.vllm.kv_cache_dtype
+    kv = vllm_settings(profile).kv_cache_dtype
     if kv is None or is_turboquant(kv):  # TurboQuant has its own rule with a better fix
         return
     since, evidence = KV_DTYPE_SINCE.get(kv, ((), ""))
@@ -50,13 +52,13 @@ def kv_cache_dtype_not_in_version(ctx: ProfileContext) -> Iterator[Issue]:
     )
 
 
-@profile_rule("turboquant-needs-newer-vllm", Severity.ERROR)
+@profile_rule("turboquant-needs-newer-vllm", Severity.ERROR, engines=VLLM_ONLY)
 def turboquant_needs_newer_vllm(ctx: ProfileContext) -> Iterator[Issue]:
     """TurboQuant KV dtypes do not exist before vLLM 0.20."""
     profile = ctx.profile
-    if profile.vllm is None or not version_known(profile):
+    if not version_known(profile):
         return
-    kv = profile.vllm.kv_cache_dtype
+    kv = vllm_settings(profile).kv_cache_dtype
     if not is_turboquant(kv) or at_least(profile, TURBOQUANT_SINCE):
         return
     yield Issue(
@@ -69,13 +71,13 @@ def turboquant_needs_newer_vllm(ctx: ProfileContext) -> Iterator[Issue]:
     )
 
 
-@profile_rule("turboquant-needs-hybrid-support", Severity.ERROR)
+@profile_rule("turboquant-needs-hybrid-support", Severity.ERROR, engines=VLLM_ONLY)
 def turboquant_needs_hybrid_support(ctx: ProfileContext) -> Iterator[Issue]:
     """TurboQuant KV on a hybrid (Gated-DeltaNet) model needs vLLM ≥ 0.21 or PR #39931."""
     profile = ctx.profile
-    if profile.vllm is None or not profile.model.hybrid_gdn or not version_known(profile):
+    if not profile.model.hybrid_gdn or not version_known(profile):
         return
-    kv = profile.vllm.kv_cache_dtype
+    kv = vllm_settings(profile).kv_cache_dtype
     if not is_turboquant(kv) or not at_least(profile, TURBOQUANT_SINCE):
         return  # before 0.20 the preset does not exist at all: the rule above says so
     if at_least(profile, TURBOQUANT_HYBRID_SINCE) or has_capability(
@@ -108,22 +110,23 @@ def _workspace_lock_affected(ctx: ProfileContext) -> bool:
     )
 
 
-@profile_rule("turboquant-needs-workspace-overlay", Severity.ERROR)
+@profile_rule("turboquant-needs-workspace-overlay", Severity.ERROR, engines=VLLM_ONLY)
 def turboquant_needs_workspace_overlay(ctx: ProfileContext) -> Iterator[Issue]:
     """TurboQuant KV with chunked prefill on vLLM 0.21–0.24 needs the PR #40798 overlay."""
     profile = ctx.profile
-    if profile.vllm is None or not version_known(profile):
+    vllm = vllm_settings(profile)
+    if not version_known(profile):
         return
-    kv = profile.vllm.kv_cache_dtype
+    kv = vllm.kv_cache_dtype
     if not is_turboquant(kv) or not chunked_prefill_on(profile):
         return
     if not _workspace_lock_affected(ctx) or has_capability(
         profile, CAP_TURBOQUANT_WORKSPACE, PR_TURBOQUANT_WORKSPACE
     ):
         return
-    chunked = ("enable_chunked_prefill: true" if profile.vllm.enable_chunked_prefill
+    chunked = ("enable_chunked_prefill: true" if vllm.enable_chunked_prefill
                else "chunked prefill on by default")
-    chunk = profile.vllm.max_num_batched_tokens
+    chunk = vllm.max_num_batched_tokens
     longer = f"max_num_batched_tokens ({chunk})" if chunk else "max_num_batched_tokens"
     yield Issue(
         field=FIELD, value=kv,
@@ -138,11 +141,12 @@ def turboquant_needs_workspace_overlay(ctx: ProfileContext) -> Iterator[Issue]:
     )
 
 
-@profile_rule("turboquant-with-speculative-decoding", Severity.WARNING)
+@profile_rule("turboquant-with-speculative-decoding", Severity.WARNING, engines=VLLM_ONLY)
 def turboquant_with_speculative_decoding(ctx: ProfileContext) -> Iterator[Issue]:
     """TurboQuant KV together with speculative decoding is unverified upstream."""
     profile = ctx.profile
-    if profile.vllm is None or not is_turboquant(profile.vllm.kv_cache_dtype):
+    vllm = vllm_settings(profile)
+    if not is_turboquant(vllm.kv_cache_dtype):
         return
     spec = profile.speculative
     if spec is None or not spec_on(profile):
@@ -150,7 +154,7 @@ def turboquant_with_speculative_decoding(ctx: ProfileContext) -> Iterator[Issue]
     yield Issue(
         field="vllm.speculative.method", value=spec.method,
         message=(f"{spec.method} speculative decoding with kv_cache_dtype "
-                 f"{profile.vllm.kv_cache_dtype} is unverified upstream (the TurboQuant "
+                 f"{vllm.kv_cache_dtype} is unverified upstream (the TurboQuant "
                  "tracking issue's speculative-decoding item is open)"),
         why="vLLM #40069",
         fix=("check acceptance rate and outputs on this node before production, or drop "

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from servefleet.core.engines.llamacpp import LLAMACPP, llamacpp_settings
 from servefleet.core.rules.base import Issue, ProfileContext, Severity, profile_rule, show
 
 QUANTIZED_CACHE_TYPES = frozenset({"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"})
 
 
-@profile_rule("llamacpp-determinism-settings", Severity.WARNING)
+@profile_rule("llamacpp-determinism-settings", Severity.WARNING, engines=(LLAMACPP.name,))
 def llamacpp_determinism_settings(ctx: ProfileContext) -> Iterator[Issue]:
     """Determinism wanted on llama.cpp needs one slot and no prompt cache."""
     profile = ctx.profile
-    settings = profile.llamacpp
-    if settings is None or not profile.health.determinism.wanted:
+    settings = llamacpp_settings(profile)
+    if not profile.health.determinism.wanted:
         return
     why_parallel = ("llama.cpp PR #6950, #7052: the batch composition of several slots changes "
                     "the floating-point order")
@@ -37,11 +38,11 @@ def llamacpp_determinism_settings(ctx: ProfileContext) -> Iterator[Issue]:
         )
 
 
-@profile_rule("llamacpp-quantized-v-needs-flash-attn", Severity.ERROR)
+@profile_rule("llamacpp-quantized-v-needs-flash-attn", Severity.ERROR, engines=(LLAMACPP.name,))
 def llamacpp_quantized_v_needs_flash_attn(ctx: ProfileContext) -> Iterator[Issue]:
     """A quantized V cache with flash attention off."""
-    settings = ctx.profile.llamacpp
-    if settings is None or settings.cache_type_v not in QUANTIZED_CACHE_TYPES:
+    settings = llamacpp_settings(ctx.profile)
+    if settings.cache_type_v not in QUANTIZED_CACHE_TYPES:
         return
     if settings.flash_attn != "off":
         return

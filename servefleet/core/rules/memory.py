@@ -9,9 +9,12 @@ The KV part needs ``model.kv_bytes_per_token``; without it only weights and over
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from servefleet.core.engines import engine_of
+from servefleet.core.engines.llamacpp import LLAMACPP, llamacpp_settings
+from servefleet.core.engines.vllm import VLLM, vllm_settings
 from servefleet.core.models import Node, Profile
 from servefleet.core.rules.base import (
     Issue,
@@ -79,24 +82,26 @@ class MemoryEstimate:
                 f"{self.need:.1f} GiB against {self.budget_text} = {self.budget:.1f} GiB")
 
 
-def estimate(profile: Profile, node: Node) -> MemoryEstimate | None:
-    """The engine's memory need and budget per GPU; ``None`` without ``model.weights_gib``."""
-    weights = profile.model.weights_gib
-    if weights is None:
-        return None
+def _vllm_estimate(profile: Profile, node: Node, weights: float) -> MemoryEstimate:
+    """vLLM takes ``gpu_memory_utilization`` of each of its tensor-parallel GPUs."""
     gpu = node.primary_gpu
     per_token = profile.model.kv_bytes_per_token
-    if profile.vllm is not None:
-        util = gpu_memory_utilization(profile)
-        tp = profile.vllm.tensor_parallel_size or 1
-        tokens = max(profile.vllm.max_model_len or 0, profile.health.min_kv_cache_tokens or 0)
-        factor = KV_BYTES_FACTOR.get(profile.vllm.kv_cache_dtype or "auto", 1.0)
-        kv = tokens * per_token * factor / GIB / tp if per_token else 0.0
-        return MemoryEstimate(
-            budget=util * gpu.cuda_total_gib, budget_text=f"{util:g} × {gpu.memory_basis()}",
-            weights=weights / tp, overhead=RUNTIME_OVERHEAD_GIB, kv=kv, kv_tokens=tokens)
-    assert profile.llamacpp is not None
-    settings = profile.llamacpp
+    settings = vllm_settings(profile)
+    util = gpu_memory_utilization(profile)
+    tp = settings.tensor_parallel_size or 1
+    tokens = max(settings.max_model_len or 0, profile.health.min_kv_cache_tokens or 0)
+    factor = KV_BYTES_FACTOR.get(settings.kv_cache_dtype or "auto", 1.0)
+    kv = tokens * per_token * factor / GIB / tp if per_token else 0.0
+    return MemoryEstimate(
+        budget=util * gpu.cuda_total_gib, budget_text=f"{util:g} × {gpu.memory_basis()}",
+        weights=weights / tp, overhead=RUNTIME_OVERHEAD_GIB, kv=kv, kv_tokens=tokens)
+
+
+def _llamacpp_estimate(profile: Profile, node: Node, weights: float) -> MemoryEstimate:
+    """llama.cpp may use all of every visible GPU; its context sizes the cache."""
+    gpu = node.primary_gpu
+    per_token = profile.model.kv_bytes_per_token
+    settings = llamacpp_settings(profile)
     tokens = settings.ctx_size or profile.model.native_context or 0
     factor = (LLAMACPP_CACHE_FACTOR.get(settings.cache_type_k or "f16", 1.0)
               + LLAMACPP_CACHE_FACTOR.get(settings.cache_type_v or "f16", 1.0)) / 2
@@ -107,9 +112,27 @@ def estimate(profile: Profile, node: Node) -> MemoryEstimate | None:
         weights=weights / split, overhead=LLAMACPP_OVERHEAD_GIB, kv=kv, kv_tokens=tokens)
 
 
+ESTIMATES: dict[str, Callable[[Profile, Node, float], MemoryEstimate]] = {
+    VLLM.name: _vllm_estimate,
+    LLAMACPP.name: _llamacpp_estimate,
+}
+"""Each engine's memory model (by engine name), given the weights in GiB."""
+
+
+def estimate(profile: Profile, node: Node) -> MemoryEstimate | None:
+    """The engine's memory need and budget per GPU; ``None`` without ``model.weights_gib``."""
+    weights = profile.model.weights_gib
+    if weights is None:
+        return None
+    return ESTIMATES[profile.engine](profile, node, weights)
+
+
 def _budget_field(profile: Profile) -> tuple[str, object]:
-    if profile.vllm is not None:
-        return "vllm.gpu_memory_utilization", gpu_memory_utilization(profile)
+    engine = engine_of(profile)
+    # An engine with a utilization setting is budgeted by it; another by its weights.
+    util = engine.gpu_memory_utilization(profile)
+    if util is not None:
+        return f"{engine.settings_field}.gpu_memory_utilization", util
     return "model.weights_gib", profile.model.weights_gib
 
 
@@ -182,18 +205,19 @@ def largest_booting_utilization(boot_free_gib: float, cuda_total_gib: float) -> 
     return hundredths / 100
 
 
-@placement_rule("startup-memory-exceeds-boot-free", Severity.ERROR)
+@placement_rule("startup-memory-exceeds-boot-free", Severity.ERROR, engines=(VLLM.name,))
 def startup_memory_exceeds_boot_free(ctx: PlacementContext) -> Iterator[Issue]:
     """vLLM asks for more than the node can free at boot: its startup check refuses."""
     profile, gpu = ctx.profile, ctx.node.primary_gpu
-    if profile.vllm is None or gpu.boot_free_gib is None:
+    if gpu.boot_free_gib is None:
         return
     util = gpu_memory_utilization(profile)
     need = util * gpu.cuda_total_gib
     if need <= gpu.boot_free_gib:
         return
     best = largest_booting_utilization(gpu.boot_free_gib, gpu.cuda_total_gib)
-    explicit = "" if profile.vllm.gpu_memory_utilization is not None else " (vLLM's default)"
+    explicit = "" if vllm_settings(profile).gpu_memory_utilization is not None \
+        else " (vLLM's default)"
     source = f" ({gpu.memory_source})" if gpu.memory_source else ""
     yield Issue(
         field="vllm.gpu_memory_utilization", value=util,
@@ -218,9 +242,9 @@ def startup_memory_exceeds_boot_free(ctx: PlacementContext) -> Iterator[Issue]:
 def _share(placement: Placement, node: Node) -> tuple[float, str] | None:
     """The fraction of the node's GPU memory a deployment takes, and how it was known."""
     profile = placement.profile
-    if profile.vllm is not None:
-        util = gpu_memory_utilization(profile)
-        explicit = profile.vllm.gpu_memory_utilization is not None
+    util = engine_of(profile).gpu_memory_utilization(profile)
+    if util is not None:  # the engine's own setting (vLLM), else the memory estimate
+        explicit = vllm_settings(profile).gpu_memory_utilization is not None
         return util, f"{placement.deployment.name} {util:g}" + ("" if explicit else " (default)")
     found = estimate(profile, node)
     if found is None:

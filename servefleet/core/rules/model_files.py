@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
+from servefleet.core.engines.llamacpp import LLAMACPP, llamacpp_settings
 from servefleet.core.models import Node
 from servefleet.core.render.layout import HF_CACHE_TARGET, MODELS_TARGET
 from servefleet.core.rules.base import Issue, PlacementContext, Severity, placement_rule
@@ -46,15 +47,13 @@ def _problem(path: str, ctx: PlacementContext) -> tuple[str, str] | None:
             f"put the file under the node's models_dir and name it as {MODELS_TARGET}/<file>")
 
 
-@placement_rule("model-file-not-mounted", Severity.ERROR)
+@placement_rule("model-file-not-mounted", Severity.ERROR, engines=(LLAMACPP.name,))
 def model_file_not_mounted(ctx: PlacementContext) -> Iterator[Issue]:
     """The GGUF is in no folder the node mounts into the engine."""
     profile = ctx.profile
-    # vLLM serves model.id, a Hugging Face repo id (the profile refuses paths): it is fetched
-    # into hf_cache, which every rendered release mounts.
-    if profile.llamacpp is None:
-        return
-    path = profile.llamacpp.gguf
+    # Only llama.cpp: vLLM serves model.id, a Hugging Face repo id (the profile refuses
+    # paths): it is fetched into hf_cache, which every rendered release mounts.
+    path = llamacpp_settings(profile).gguf
     found = _problem(path, ctx)
     if found is None:
         return

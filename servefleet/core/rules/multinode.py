@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from servefleet.core.engines import engine_of
+from servefleet.core.engines.vllm import vllm_settings
 from servefleet.core.errors import RenderError
 from servefleet.core.models import MultiNodeDeployment, Node
 from servefleet.core.multinode_config import KEY
@@ -50,7 +52,7 @@ def check_deployment(project: Project, dep: MultiNodeDeployment) -> Iterator[Fin
     nodes = [project.nodes[n] for n in dep.nodes]
     pair = " + ".join(dep.nodes)
     profile = project.profiles[dep.profile]
-    if profile.vllm is None:
+    if not engine_of(profile).spans_nodes:
         yield _finding("multinode-engine", stack, f"{base}.profile", dep.profile,
                        f"profile {dep.profile} runs {profile.engine}; an engine spanning "
                        f"{pair} must be vLLM", "only vLLM's --nnodes/--headless spans nodes",
@@ -62,7 +64,8 @@ def check_deployment(project: Project, dep: MultiNodeDeployment) -> Iterator[Fin
                        "need a Ray cluster started before vllm serve)",
                        "vLLM PR #23691 made the multiprocessing executor span nodes",
                        "use backend: native")
-    tp = profile.vllm.tensor_parallel_size or 1
+    settings = vllm_settings(profile)  # the only engine that spans nodes
+    tp = settings.tensor_parallel_size or 1
     pp = dep.pipeline_parallel_size
     gpus = sum(n.gpu_count for n in nodes)
     if tp * pp != gpus:
@@ -99,7 +102,7 @@ def check_deployment(project: Project, dep: MultiNodeDeployment) -> Iterator[Fin
     for node in nodes:
         driver = node.driver_version or ""
         if "GB10" in node.primary_gpu.name and driver.startswith(DEADLOCK_DRIVER_BRANCH) \
-                and not profile.vllm.enforce_eager:
+                and not settings.enforce_eager:
             yield _finding(
                 "multinode-driver-deadlock", project.node_files[node.name], "driver_version",
                 driver, f"{node.name} (GB10) runs driver {driver}, reported to deadlock "

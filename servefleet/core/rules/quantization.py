@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from servefleet.core.engines.vllm import VLLM, vllm_settings
 from servefleet.core.rules.base import Issue, ProfileContext, Severity, profile_rule
 from servefleet.core.rules.facts import dotted, quantization_methods
 
 FIELD = "vllm.quantization"
 
 
-@profile_rule("quantization-turboquant", Severity.ERROR)
+@profile_rule("quantization-turboquant", Severity.ERROR, engines=(VLLM.name,))
 def quantization_turboquant(ctx: ProfileContext) -> Iterator[Issue]:
     """``quantization: turboquant`` is not a quantization method (TurboQuant is a KV dtype)."""
-    vllm = ctx.profile.vllm
-    if vllm is None or vllm.quantization is None or vllm.quantization.lower() != "turboquant":
+    vllm = vllm_settings(ctx.profile)
+    if vllm.quantization is None or vllm.quantization.lower() != "turboquant":
         return
     yield Issue(
         field=FIELD, value=vllm.quantization,
@@ -28,12 +29,12 @@ def quantization_turboquant(ctx: ProfileContext) -> Iterator[Issue]:
     )
 
 
-@profile_rule("quantization-unknown", Severity.ERROR)
+@profile_rule("quantization-unknown", Severity.ERROR, engines=(VLLM.name,))
 def quantization_unknown(ctx: ProfileContext) -> Iterator[Issue]:
     """A quantization method the profile's vLLM version does not know."""
     profile = ctx.profile
-    vllm = profile.vllm
-    if vllm is None or vllm.quantization is None or vllm.quantization.lower() == "turboquant":
+    vllm = vllm_settings(profile)
+    if vllm.quantization is None or vllm.quantization.lower() == "turboquant":
         return
     checked = quantization_methods(profile)
     if checked is None:

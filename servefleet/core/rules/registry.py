@@ -94,7 +94,8 @@ def validate(project: Project, rules: tuple[Rule, ...] = ALL_RULES, *,
         context = ProfileContext(profile=project.profiles[name],
                                  file=_file_of(project, name))
         for rule in by_scope[Scope.PROFILE]:
-            findings.extend(rule.run(context))
+            if rule.applies_to(context.profile.engine):
+                findings.extend(rule.run(context))
     placed = placements(project)
     for placement in placed:
         node_name = placement.deployment.node
@@ -105,7 +106,8 @@ def validate(project: Project, rules: tuple[Rule, ...] = ALL_RULES, *,
             node_file=project.node_files[node_name], stack_file=project.stack_file,
             neighbours=neighbours)
         for rule in by_scope[Scope.PLACEMENT]:
-            findings.extend(rule.run(placement_context))
+            if rule.applies_to(placement.profile.engine):
+                findings.extend(rule.run(placement_context))
     for node_name in project.stack.nodes:
         node_context = NodeContext(
             node=project.nodes[node_name], node_file=project.node_files[node_name],

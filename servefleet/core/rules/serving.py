@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from servefleet.core.engines.vllm import VLLM, vllm_settings
 from servefleet.core.rules.base import Issue, ProfileContext, Severity, profile_rule, show
 from servefleet.core.rules.facts import CAP_FP8_LM_HEAD, has_capability
 
@@ -17,11 +18,11 @@ LONG_CONTEXT_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 ROPE_KEYS = ("rope_scaling", "rope_parameters")
 
 
-@profile_rule("auto-tool-choice-needs-parser", Severity.ERROR)
+@profile_rule("auto-tool-choice-needs-parser", Severity.ERROR, engines=(VLLM.name,))
 def auto_tool_choice_needs_parser(ctx: ProfileContext) -> Iterator[Issue]:
     """``enable_auto_tool_choice`` without a ``tool_call_parser``."""
-    vllm = ctx.profile.vllm
-    if vllm is None or not vllm.enable_auto_tool_choice or vllm.tool_call_parser:
+    vllm = vllm_settings(ctx.profile)
+    if not vllm.enable_auto_tool_choice or vllm.tool_call_parser:
         return
     yield Issue(
         field="vllm.enable_auto_tool_choice", value=True,
@@ -62,14 +63,14 @@ def _original_window(value: Any) -> int | None:
     return None
 
 
-@profile_rule("long-context-needs-override", Severity.ERROR)
+@profile_rule("long-context-needs-override", Severity.ERROR, engines=(VLLM.name,))
 def long_context_needs_override(ctx: ProfileContext) -> Iterator[Issue]:
     """max_model_len above the native window needs VLLM_ALLOW_LONG_MAX_MODEL_LEN and a
     rope override."""
     profile = ctx.profile
-    vllm = profile.vllm
+    vllm = vllm_settings(profile)
     native = profile.model.native_context
-    if vllm is None or native is None or vllm.max_model_len is None:
+    if native is None or vllm.max_model_len is None:
         return
     length = vllm.max_model_len
     if length <= native:
@@ -110,12 +111,12 @@ def long_context_needs_override(ctx: ProfileContext) -> Iterator[Issue]:
         )
 
 
-@profile_rule("hybrid-gdn-batched-tokens-below-4096", Severity.ERROR)
+@profile_rule("hybrid-gdn-batched-tokens-below-4096", Severity.ERROR, engines=(VLLM.name,))
 def hybrid_gdn_batched_tokens(ctx: ProfileContext) -> Iterator[Issue]:
     """Hybrid Gated-DeltaNet models need max_num_batched_tokens ≥ 4096."""
     profile = ctx.profile
-    vllm = profile.vllm
-    if vllm is None or not profile.model.hybrid_gdn or vllm.max_num_batched_tokens is None:
+    vllm = vllm_settings(profile)
+    if not profile.model.hybrid_gdn or vllm.max_num_batched_tokens is None:
         return
     chunk = vllm.max_num_batched_tokens
     if chunk >= GDN_MIN_BATCHED_TOKENS:
@@ -132,13 +133,11 @@ def hybrid_gdn_batched_tokens(ctx: ProfileContext) -> Iterator[Issue]:
     )
 
 
-@profile_rule("fp8-lm-head-needs-overlay", Severity.ERROR)
+@profile_rule("fp8-lm-head-needs-overlay", Severity.ERROR, engines=(VLLM.name,))
 def fp8_lm_head_needs_overlay(ctx: ProfileContext) -> Iterator[Issue]:
     """A checkpoint with an FP8 lm_head (the NVFP4 fp8-head branch) needs the dispatch
     overlay."""
     profile = ctx.profile
-    if profile.engine != "vllm":
-        return
     model = profile.model
     if not (model.fp8_lm_head or model.revision == "fp8-head"):
         return
@@ -158,12 +157,12 @@ def fp8_lm_head_needs_overlay(ctx: ProfileContext) -> Iterator[Issue]:
     )
 
 
-@profile_rule("enforce-eager-cudagraph-expectation", Severity.ERROR)
+@profile_rule("enforce-eager-cudagraph-expectation", Severity.ERROR, engines=(VLLM.name,))
 def enforce_eager_cudagraph_expectation(ctx: ProfileContext) -> Iterator[Issue]:
     """enforce_eager means no CUDA graphs; an expected mode other than NONE cannot hold."""
     profile = ctx.profile
     expected = profile.health.cudagraph_mode
-    if profile.vllm is None or not profile.vllm.enforce_eager or expected in (None, "NONE"):
+    if not vllm_settings(profile).enforce_eager or expected in (None, "NONE"):
         return
     yield Issue(
         field="health.cudagraph_mode", value=expected,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from servefleet.core.engines.vllm import VLLM, vllm_settings
 from servefleet.core.rules.base import (
     Issue,
     PlacementContext,
@@ -24,13 +25,13 @@ from servefleet.core.rules.facts import (
 FULL_DECODE_MODES = ("FULL_AND_PIECEWISE", "FULL", "FULL_DECODE_ONLY")
 
 
-@profile_rule("mtp-thinking-budget-ignored", Severity.WARNING)
+@profile_rule("mtp-thinking-budget-ignored", Severity.WARNING, engines=(VLLM.name,))
 def mtp_thinking_budget_ignored(ctx: ProfileContext) -> Iterator[Issue]:
     """A thinking-token budget with MTP is silently ignored."""
     profile = ctx.profile
-    vllm = profile.vllm
+    vllm = vllm_settings(profile)
     spec = profile.speculative
-    if vllm is None or spec is None or not mtp_on(profile):
+    if spec is None or not mtp_on(profile):
         return
     why = "vLLM #39573 (0.19), #54906 (0.28): thinking_token_budget not enforced with MTP"
     fix = ("cap thinking with max_tokens per request, or serve budgeted traffic from a profile "
@@ -53,12 +54,12 @@ def mtp_thinking_budget_ignored(ctx: ProfileContext) -> Iterator[Issue]:
             )
 
 
-@profile_rule("async-scheduling-incompatible-spec-method", Severity.ERROR)
+@profile_rule("async-scheduling-incompatible-spec-method", Severity.ERROR, engines=(VLLM.name,))
 def async_scheduling_incompatible_spec_method(ctx: ProfileContext) -> Iterator[Issue]:
     """Explicit async scheduling with an n-gram or suffix speculative method raises."""
-    vllm = ctx.profile.vllm
+    vllm = vllm_settings(ctx.profile)
     spec = ctx.profile.speculative
-    if vllm is None or spec is None or vllm.async_scheduling is not True:
+    if spec is None or vllm.async_scheduling is not True:
         return
     if spec.method not in ASYNC_INCOMPATIBLE_SPEC_METHODS:
         return

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from servefleet.core.engines import engine_of
+from servefleet.core.engines.vllm import VLLM
 from servefleet.core.rules.base import Issue, PlacementContext, Severity, placement_rule
 from servefleet.core.rules.facts import gpu_memory_utilization, weights_gib
 
@@ -24,14 +26,15 @@ WHY = ("vLLM issues 46307 and 56824: unified-memory sizing that resets hosts; vL
 def _footprint(ctx: PlacementContext) -> tuple[float, float, str] | None:
     """(host headroom GiB, engine share GiB, how) for a vLLM profile on a unified node."""
     node, profile = ctx.node, ctx.profile
-    if profile.vllm is None or not node.unified_memory:
+    if not node.unified_memory:
         return None
     total = node.primary_gpu.cuda_total_gib
     host = node.host_memory_gib or node.primary_gpu.memory_gib
     util = gpu_memory_utilization(profile)
     share = total * util
-    others = sum(total * gpu_memory_utilization(p.profile) for p in ctx.neighbours
-                 if p.profile.vllm is not None)
+    # Neighbours without a utilization setting (llama.cpp) are not counted, as before.
+    shares = (engine_of(p.profile).gpu_memory_utilization(p.profile) for p in ctx.neighbours)
+    others = sum(total * share for share in shares if share is not None)
     weights = weights_gib(profile)
     how = (f"KV planner: {util:g} × {total:g} GiB = {share:.1f} GiB ({weights:.1f} GiB weights "
            f"; activations, CUDA graphs and the KV pool take the rest)"
@@ -39,7 +42,7 @@ def _footprint(ctx: PlacementContext) -> tuple[float, float, str] | None:
     return host - share - others, share, how
 
 
-@placement_rule("unified-memory-host-wedge", Severity.ERROR)
+@placement_rule("unified-memory-host-wedge", Severity.ERROR, engines=(VLLM.name,))
 def unified_memory_host_wedge(ctx: PlacementContext) -> Iterator[Issue]:
     """The predicted engine footprint leaves the unified-memory host under 4 GiB."""
     found = _footprint(ctx)
@@ -55,7 +58,8 @@ def unified_memory_host_wedge(ctx: PlacementContext) -> Iterator[Issue]:
                      "that reaches your pool)"))
 
 
-@placement_rule("unified-memory-host-headroom-near", Severity.WARNING)
+@placement_rule("unified-memory-host-headroom-near", Severity.WARNING,
+                engines=(VLLM.name,))
 def unified_memory_host_headroom_near(ctx: PlacementContext) -> Iterator[Issue]:
     """The predicted footprint leaves the unified-memory host between 4 and 8 GiB."""
     found = _footprint(ctx)

@@ -11,7 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from servefleet.core.metrics import MetricsError, parse_llamacpp_metrics, parse_vllm_metrics
+from servefleet.core.engines import ENGINES
+from servefleet.core.engines.vllm import VLLM
+from servefleet.core.metrics import MetricsError
 
 CanaryResult = Literal["ok", "timeout", "error", "skipped"]
 """``ok``: a token came back; ``timeout``: no answer in time; ``error``: an HTTP error or a
@@ -125,20 +127,11 @@ def _metrics(engine: str, text: str | None, errors: list[str]) -> dict[str, Any]
     if not text:
         return {}
     try:
-        if engine == "llama.cpp":
-            page = parse_llamacpp_metrics(text)
-            return {"generation_tokens": page.tokens_predicted,
-                    "prompt_tokens": page.prompt_tokens,
-                    "requests_running": page.requests_processing,
-                    "requests_waiting": page.requests_deferred,
-                    "kv_usage": page.kv_cache_usage}
-        vllm = parse_vllm_metrics(text)
+        # vLLM's page for an engine the registry does not know, as before it had one.
+        return ENGINES.get(engine, VLLM).metric_figures(text)
     except MetricsError as error:
         errors.append(f"/metrics: {error}")
         return {}
-    return {"generation_tokens": vllm.generation_tokens, "prompt_tokens": vllm.prompt_tokens,
-            "requests_running": vllm.requests_running,
-            "requests_waiting": vllm.requests_waiting, "kv_usage": vllm.kv_cache_usage}
 
 
 def parse_node_read(text: str, at: float, engines: dict[str, str]) -> dict[str, Sample]:

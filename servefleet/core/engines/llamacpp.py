@@ -1,0 +1,159 @@
+"""llama.cpp's ``llama-server`` (``ghcr.io/ggml-org/llama.cpp``): flags and health check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from servefleet.core.bootlog.model import BootFacts
+from servefleet.core.engines.base import (
+    EngineExpectations,
+    FlagPairs,
+    bool_flag,
+    extra_pairs,
+    flatten,
+    opt,
+)
+from servefleet.core.metrics import parse_llamacpp_metrics
+from servefleet.core.models import LlamaCppSettings, Node, Profile
+
+
+def llamacpp_settings(profile: Profile) -> LlamaCppSettings:
+    """The ``llamacpp:`` block of a llama.cpp profile."""
+    assert profile.llamacpp is not None, \
+        f"profile {profile.name} runs {profile.engine}, not llama.cpp"
+    return profile.llamacpp
+
+
+def _pairs(profile: Profile, settings: LlamaCppSettings, port: int | None) -> FlagPairs:
+    pairs: FlagPairs = []
+    opt(pairs, "-m", settings.gguf)
+    opt(pairs, "--alias", profile.model.served_name)
+    if port is not None:
+        opt(pairs, "--host", settings.host)
+        # Always explicit: newer builds default to 9931, older ones to 8080.
+        opt(pairs, "--port", port)
+    opt(pairs, "-c", settings.ctx_size)
+    opt(pairs, "-np", settings.parallel)
+    opt(pairs, "-ngl", settings.gpu_layers)
+    opt(pairs, "-fa", settings.flash_attn)
+    opt(pairs, "-ctk", settings.cache_type_k)
+    opt(pairs, "-ctv", settings.cache_type_v)
+    opt(pairs, "-b", settings.batch_size)
+    opt(pairs, "-ub", settings.ubatch_size)
+    bool_flag(pairs, "--jinja", settings.jinja)
+    opt(pairs, "--reasoning-budget", settings.reasoning_budget)
+    if settings.metrics:
+        pairs.append(("--metrics", None))
+    if settings.log_verbosity is not None:
+        pairs.append(("-lv", str(settings.log_verbosity)))
+    bool_flag(pairs, "--cache-prompt", settings.cache_prompt)
+    opt(pairs, "--seed", settings.seed)
+    return pairs
+
+
+@dataclass(frozen=True)
+class LlamaCppEngine:
+    """llama.cpp: one node, no CUDA graphs or attention backend to expect, no KV planner."""
+
+    name: str = "llama.cpp"
+    display_name: str = "llama.cpp"
+    settings_field: str = "llamacpp"
+    bootlog_reader: str = "llama.cpp"
+    spans_nodes: bool = False
+    kv_planned: bool = False
+    metric_prefix: str = "llamacpp:"
+    version_path: str = "/props"
+    version_key: str = "build_info"  # b8680-1a2b3c4
+    health_503: str = "still loading the model, or unavailable"
+
+    def settings(self, profile: Profile) -> LlamaCppSettings | None:
+        """The ``llamacpp:`` block."""
+        return profile.llamacpp
+
+    def extra_args(self, profile: Profile) -> list[str]:
+        """``llamacpp.extra_args`` as written."""
+        return list(llamacpp_settings(profile).extra_args)
+
+    def flag_pairs(self, profile: Profile, port: int | None) -> FlagPairs:
+        """llama-server's managed flags in their fixed order."""
+        return _pairs(profile, llamacpp_settings(profile), port)
+
+    def command(self, profile: Profile, pairs: FlagPairs, extra: list[str]) -> list[str]:
+        """llama-server looks each argument up whole (``--threads=8`` is an invalid
+        argument), so ``--flag=value`` from ``extra`` becomes two arguments."""
+        return flatten([*pairs, *extra_pairs(extra)])
+
+    def positional_flags(self, profile: Profile) -> dict[str, str | None]:
+        """None: the GGUF is ``-m``."""
+        return {}
+
+    def healthcheck(self, profile: Profile, port: int) -> list[str]:
+        """curl is in llama.cpp's images (python3 is not); asks the first listen address."""
+        host = llamacpp_settings(profile).host.split(",")[0]
+        if host in ("0.0.0.0", "::", "") or host.endswith(".sock"):
+            host = "127.0.0.1"
+        elif ":" in host:
+            host = f"[{host}]"
+        return ["CMD", "curl", "-fsS", "-o", "/dev/null", f"http://{host}:{port}/health"]
+
+    def gpu_count(self, profile: Profile) -> int | None:
+        """All of the node's GPUs (layers are split with ``-ngl``)."""
+        return None
+
+    def kv_cache_dtype(self, profile: Profile) -> str | None:
+        """Not checked: llama.cpp reports no KV dtype."""
+        return None
+
+    def quantization(self, profile: Profile) -> str | None:
+        """None: the GGUF carries its own quantization."""
+        return None
+
+    def max_model_len(self, profile: Profile) -> int | None:
+        """Not checked: ``/v1/models`` of llama-server states no context length."""
+        return None
+
+    def gpu_memory_utilization(self, profile: Profile) -> float | None:
+        """Not a llama.cpp setting."""
+        return None
+
+    def expectations(self, profile: Profile, node: Node) -> EngineExpectations:
+        """Nothing engine-specific: llama.cpp prints nothing about graphs or backends."""
+        return EngineExpectations()
+
+    def nondeterminism(self, profile: Profile) -> str | None:
+        """Several slots or a reused prompt cache change outputs between identical requests."""
+        settings = llamacpp_settings(profile)
+        if settings.parallel != 1 or settings.cache_prompt is not False:
+            return ("not deterministic: llama.cpp needs parallel 1 and cache_prompt false for "
+                    "identical outputs (server README cache_prompt; PR #22224)")
+        return None
+
+    def instability(self, profile: Profile) -> str | None:
+        """Several slots or the prompt cache change the batch, and so the float order."""
+        settings = llamacpp_settings(profile)
+        causes = []
+        if settings.parallel != 1:
+            causes.append(f"{settings.parallel or 'auto'} slots")
+        if settings.cache_prompt is not False:
+            causes.append("the prompt cache on")
+        if not causes:
+            return None
+        return (f"llama.cpp with {' and '.join(causes)}: batch composition changes the "
+                "floating-point order (server README cache_prompt; PR #22224); use "
+                "parallel 1 and cache_prompt false")
+
+    def kv_pool(self, facts: BootFacts) -> tuple[float, str] | None:
+        """The KV buffer in MiB (logged at ``-lv 4``)."""
+        return (facts.kv_cache_mib, "MiB") if facts.kv_cache_mib else None
+
+    def metric_figures(self, text: str) -> dict[str, Any]:
+        """From ``llamacpp:*`` (``--metrics``)."""
+        page = parse_llamacpp_metrics(text)
+        return {"generation_tokens": page.tokens_predicted, "prompt_tokens": page.prompt_tokens,
+                "requests_running": page.requests_processing,
+                "requests_waiting": page.requests_deferred, "kv_usage": page.kv_cache_usage}
+
+
+LLAMACPP = LlamaCppEngine()
+"""The llama.cpp engine."""
