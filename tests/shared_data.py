@@ -12,6 +12,10 @@ import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 """``../shared`` beside the checkout."""
+BOOT_LOGS = SHARED / "fixtures" / "boot-logs"
+"""Recorded engine boot logs."""
+NVML_FIXTURES = SHARED / "fixtures" / "nvml"
+"""Recorded NVML readings."""
 
 
 def shared_missing(reason: str) -> NoReturn:

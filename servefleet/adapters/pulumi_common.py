@@ -31,6 +31,25 @@ def flags_property(flags: Mapping[str, str | None]) -> dict[str, str | bool]:
     return {flag: True if value is None else value for flag, value in flags.items()}
 
 
+def with_outputs(props: dict[str, Any], unlock_id: str | None, secrets: Any,
+                 output_keys: tuple[str, ...]) -> dict[str, Any]:
+    """A resource's input properties completed: the unlock id and the secrets when given,
+    plus the declared outputs (``None``)."""
+    if unlock_id:
+        props["unlockId"] = unlock_id
+    if secrets is not None:
+        props["secrets"] = secrets
+    for key in output_keys:
+        props[key] = None
+    return props
+
+
+def plain_inputs(props: Mapping[str, Any], output_keys: tuple[str, ...]) -> dict[str, Any]:
+    """The inputs echoed into the outputs: all but the secrets and the provider blob."""
+    return {k: v for k, v in props.items()
+            if k not in ("secrets", "__provider", "unlockId", *output_keys)}
+
+
 SHOWN_PHASES = frozenset({"build", "stop", "up", "restore", "done"})
 """Rollout phases reported while ``pulumi up`` runs (the boot log's own lines are not)."""
 

@@ -63,7 +63,9 @@ from servefleet.adapters.pulumi_common import (
     _mapping,
     _quiet_libraries,
     flags_property,
+    plain_inputs,
     progress_printer,
+    with_outputs,
 )
 from servefleet.adapters.pulumi_observe import HEALTHY, _load_node
 from servefleet.adapters.pulumi_provider import RESOURCE_MODULE
@@ -173,13 +175,7 @@ class MultiNodeArgs:
             "endpoint": self.endpoint, "ranks": [r.to_props() for r in self.ranks],
             "providerVersion": self.provider_version,
         }
-        if self.unlock_id:
-            props["unlockId"] = self.unlock_id
-        if self.secrets is not None:
-            props["secrets"] = self.secrets
-        for key in OUTPUT_KEYS:
-            props[key] = None
-        return props
+        return with_outputs(props, self.unlock_id, self.secrets, OUTPUT_KEYS)
 
 
 def multinode_args(project: Project, release: MultiNodeRelease,
@@ -391,8 +387,7 @@ def apply(props: Mapping[str, Any], *, transport_factory: Factory | None = None,
 
 def _plain_inputs(props: Mapping[str, Any]) -> dict[str, Any]:
     """The inputs echoed into the outputs: all but the secrets and the provider blob."""
-    return {k: v for k, v in props.items()
-            if k not in ("secrets", "__provider", "unlockId", *OUTPUT_KEYS)}
+    return plain_inputs(props, OUTPUT_KEYS)
 
 
 def stop_ranks(props: Mapping[str, Any], transport_factory: Factory | None = None) -> None:

@@ -41,6 +41,7 @@ from servefleet.adapters.pulumi_common import _int as _int
 from servefleet.adapters.pulumi_common import _mapping as _mapping
 from servefleet.adapters.pulumi_common import _quiet_libraries as _quiet_libraries
 from servefleet.adapters.pulumi_common import flags_property as flags_property
+from servefleet.adapters.pulumi_common import plain_inputs, with_outputs
 from servefleet.adapters.pulumi_common import progress_printer as progress_printer
 from servefleet.adapters.pulumi_observe import HEALTHY as HEALTHY
 from servefleet.adapters.pulumi_observe import _health as _health
@@ -142,13 +143,7 @@ class NodeDeploymentArgs:
             "providerVersion": self.provider_version,
             "deployments": {name: dep.to_props() for name, dep in self.deployments.items()},
         }
-        if self.unlock_id:
-            props["unlockId"] = self.unlock_id
-        if self.secrets is not None:
-            props["secrets"] = self.secrets
-        for key in OUTPUT_KEYS:
-            props[key] = None
-        return props
+        return with_outputs(props, self.unlock_id, self.secrets, OUTPUT_KEYS)
 
 
 # -- diff ---------------------------------------------------------------------------------------
@@ -250,8 +245,7 @@ def describe_changes(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[D
 # -- applying -----------------------------------------------------------------------------------
 def _plain_inputs(props: Mapping[str, Any]) -> dict[str, Any]:
     """The inputs echoed into the outputs: all but the secrets and the provider blob."""
-    return {k: v for k, v in props.items()
-            if k not in ("secrets", "__provider", "unlockId", *OUTPUT_KEYS)}
+    return plain_inputs(props, OUTPUT_KEYS)
 
 
 def _deployments(props: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -107,16 +107,21 @@ def plan_all(project: Project, nodes: Sequence[str] | None,
     return FleetPlan(items, plans, [*errors, *more], from_git)
 
 
+def _print_summary(out: Console, action: str, lines: list[str]) -> None:
+    """A plan entry's summary lines, the first styled by its action."""
+    from rich.text import Text
+
+    style = "dim" if action == "unchanged" else ("green" if action == "create" else "yellow")
+    out.print(Text(lines[0], style=style))
+    for line in lines[1:]:
+        out.print(Text(line))
+
+
 def _print_items(out: Console, project: Project, items: Iterable[PlanItem]) -> None:
     from rich.text import Text
 
     for item in items:
-        lines = item.summary_lines()
-        style = "dim" if item.action == "unchanged" else \
-            ("green" if item.action == "create" else "yellow")
-        out.print(Text(lines[0], style=style))
-        for line in lines[1:]:
-            out.print(Text(line))
+        _print_summary(out, item.action, item.summary_lines())
         engine = preview(project, item)
         if engine is not None:
             out.print(Text(f"    {engine}", style="cyan"))
@@ -135,15 +140,8 @@ def _print_git_only(out: Console, project: Project, item: PlanItem) -> None:
 
 
 def _print_multinode_plan(out: Console, plans: Iterable[MultiNodePlan]) -> None:
-    from rich.text import Text
-
     for one in plans:
-        lines = one.summary_lines()
-        style = "dim" if one.action == "unchanged" else \
-            ("green" if one.action == "create" else "yellow")
-        out.print(Text(lines[0], style=style))
-        for line in lines[1:]:
-            out.print(Text(line))
+        _print_summary(out, one.action, one.summary_lines())
 
 
 def print_plan(out: Console, project: Project, fleet: FleetPlan) -> None:

@@ -33,16 +33,24 @@ SECRET_SET = "(set)"
 """What replaces a secret value in the published form."""
 
 
+def _lines(content):  # type: (bytes) -> list
+    """``(line, name, "=", value)`` per line of an env file that is neither blank nor a
+    comment, in file order; ``("", "")`` for the last two where the line assigns nothing."""
+    found = []
+    for line in content.decode("utf-8", "surrogateescape").splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            name, sep, value = line.partition("=")
+            found.append((line, name, sep, value))
+    return found
+
+
 def hashed_env_text(content):  # type: (bytes) -> bytes
     """The published form of an env file (see the module docstring): ``NAME=(set)`` or
     ``NAME=`` per assignment, in file order, one per line. Works on a rendered file and on
     the node's copy alike; bytes that are not UTF-8 are kept as they are."""
     out = []
-    for line in content.decode("utf-8", "surrogateescape").splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        name, sep, value = line.partition("=")
+    for line, name, sep, value in _lines(content):
         if not sep:
             out.append(line)  # not an assignment: kept, so a stray line is still seen
             continue
@@ -59,11 +67,7 @@ def keyed_value_digests(content, key):  # type: (bytes, bytes) -> list
     import hashlib
     import hmac
     found = []
-    for line in content.decode("utf-8", "surrogateescape").splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        name, sep, _value = line.partition("=")
+    for line, name, sep, _value in _lines(content):
         if not sep:
             continue
         digest = hmac.new(key, line.encode("utf-8", "surrogateescape"), hashlib.sha256)

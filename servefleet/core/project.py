@@ -92,6 +92,20 @@ def _relative(path: Path, root: Path) -> str:
         return str(path)
 
 
+def _read_mapping(path: Path, rel: str, what: str, problems: list[str]) -> dict[str, Any] | None:
+    """The YAML mapping of one inventory or profile file; None, with the reasons added to
+    ``problems``, when it does not read or is not a mapping of ``what`` settings."""
+    try:
+        data = read_yaml(path, rel)
+    except ConfigError as error:
+        problems.extend(error.problems)
+        return None
+    if not isinstance(data, dict):
+        problems.append(f"{rel}: expected a mapping of {what} settings at the top level")
+        return None
+    return data
+
+
 def load_nodes(root: Path) -> tuple[dict[str, Node], dict[str, str], list[str]]:
     """Load ``nodes/*.yaml`` and ``nodes/*/*.yaml`` (e.g. the generated ``nodes/sim/``)."""
     nodes: dict[str, Node] = {}
@@ -100,13 +114,8 @@ def load_nodes(root: Path) -> tuple[dict[str, Node], dict[str, str], list[str]]:
     folder = root / NODES_DIR
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*/*.yaml")]):
         rel = _relative(path, root)
-        try:
-            data = read_yaml(path, rel)
-        except ConfigError as error:
-            problems.extend(error.problems)
-            continue
-        if not isinstance(data, dict):
-            problems.append(f"{rel}: expected a mapping of node settings at the top level")
+        data = _read_mapping(path, rel, "node", problems)
+        if data is None:
             continue
         data.setdefault("name", path.stem)
         try:
@@ -179,13 +188,8 @@ def load_profiles(
             problems.append(f"{rel}: file name is not a valid profile name (lower-case letters, "
                             "digits, '.', '_', '-')")
             continue
-        try:
-            data = read_yaml(path, rel)
-        except ConfigError as error:
-            problems.extend(error.problems)
-            continue
-        if not isinstance(data, dict):
-            problems.append(f"{rel}: expected a mapping of profile settings at the top level")
+        data = _read_mapping(path, rel, "profile", problems)
+        if data is None:
             continue
         if "name" in data and data["name"] != path.stem:
             problems.append(f"{rel}: name: {data['name']!r} differs from the file name "

@@ -24,6 +24,15 @@ MAX_DEPTH = 32
 MAX_NUMBER_CHARS = 64
 
 
+def _check_number_length(node: Any) -> None:
+    """Refuse a number literal longer than :data:`MAX_NUMBER_CHARS` (int or float)."""
+    if len(str(node.value)) > MAX_NUMBER_CHARS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"a number of {len(str(node.value))} characters is longer than "
+            f"{MAX_NUMBER_CHARS}; no setting needs one: check the value", node.start_mark,
+        )
+
+
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses aliases, anchors, merge keys, duplicate or unhashable keys,
     and nesting deeper than :data:`MAX_DEPTH` (checked while composing: PyYAML's composer
@@ -58,19 +67,11 @@ class _StrictLoader(yaml.SafeLoader):
             self._nesting -= 1
 
     def construct_yaml_int(self, node: Any) -> Any:
-        if len(str(node.value)) > MAX_NUMBER_CHARS:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"a number of {len(str(node.value))} characters is longer than "
-                f"{MAX_NUMBER_CHARS}; no setting needs one: check the value", node.start_mark,
-            )
+        _check_number_length(node)
         return super().construct_yaml_int(node)
 
     def construct_yaml_float(self, node: Any) -> Any:
-        if len(str(node.value)) > MAX_NUMBER_CHARS:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"a number of {len(str(node.value))} characters is longer than "
-                f"{MAX_NUMBER_CHARS}; no setting needs one: check the value", node.start_mark,
-            )
+        _check_number_length(node)
         return super().construct_yaml_float(node)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:

@@ -14,7 +14,6 @@ import contextlib
 import os
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from servefleet.core.errors import SimError
@@ -118,30 +117,17 @@ def start_engine(*, data_root: Path, exec_root: Path, config_dir: Path, log: Pat
 
 def _wait_socket(path: Path, record: procs.ProcessRecord, what: str, log: Path,
                  timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while not path.exists():
-        if not procs.is_alive(record):
-            raise SimError(f"{what} exited: {_tail(log)}")
-        if time.monotonic() >= deadline:
-            raise SimError(f"{what} did not create {path} within {timeout:.0f} s: {_tail(log)}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+    procs.wait_until(path.exists, record, timeout=timeout, delay=0.005, max_delay=0.1,
+                     exited=f"{what} exited", late=f"{what} did not create {path}",
+                     tail=lambda: _tail(log))
 
 
 def wait_ready(sock: Path, dockerd: procs.ProcessRecord, *, name: str, log: Path,
                timeout: float = 30.0) -> None:
     """Wait until dockerd answers ``/_ping`` on ``sock``."""
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while not engine_api.ping(sock):
-        if not procs.is_alive(dockerd):
-            raise SimError(f"{name}: dockerd exited: {_tail(log)}")
-        if time.monotonic() >= deadline:
-            raise SimError(f"{name}: dockerd did not answer on {sock} within "
-                           f"{timeout:.0f} s: {_tail(log)}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
+    procs.wait_until(lambda: engine_api.ping(sock), dockerd, timeout=timeout, delay=0.01,
+                     max_delay=0.2, exited=f"{name}: dockerd exited",
+                     late=f"{name}: dockerd did not answer on {sock}", tail=lambda: _tail(log))
 
 
 def remove_all_containers(sock: Path) -> int:

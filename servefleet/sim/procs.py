@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -125,6 +125,22 @@ def wait_gone(records: Sequence[ProcessRecord], timeout: float) -> bool:
             return False
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
+
+
+def wait_until(ready: Callable[[], bool], record: ProcessRecord, *, timeout: float,
+               delay: float, max_delay: float, exited: str, late: str,
+               tail: Callable[[], str]) -> None:
+    """Poll ``ready`` (the pause doubling from ``delay`` up to ``max_delay``) until it holds.
+    :class:`SimError` ``<exited>: <tail>`` when ``record``'s process dies first, and
+    ``<late> within N s: <tail>`` after ``timeout`` seconds (``tail``: its log's end)."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if not is_alive(record):
+            raise SimError(f"{exited}: {tail()}")
+        if time.monotonic() >= deadline:
+            raise SimError(f"{late} within {timeout:.0f} s: {tail()}")
+        time.sleep(delay)
+        delay = min(delay * 2, max_delay)
 
 
 def netns_inode(netns: str) -> int | None:

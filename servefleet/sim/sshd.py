@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from servefleet.core.errors import SimError
@@ -107,21 +106,17 @@ def start(spec: NodeSpec, node: NodeLayout) -> procs.ProcessRecord:
 def wait_ready(spec: NodeSpec, node: NodeLayout, record: procs.ProcessRecord,
                timeout: float = 15.0) -> None:
     """Wait until sshd accepts TCP connections on the node's address."""
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
+    def listening() -> bool:
         try:
             with socket.create_connection((spec.address, SSH_PORT), timeout=1.0):
-                return
+                return True
         except OSError:
-            pass
-        if not procs.is_alive(record):
-            raise SimError(f"{spec.name}: sshd exited: {_tail(node.sshd_log)}")
-        if time.monotonic() >= deadline:
-            raise SimError(f"{spec.name}: sshd did not listen on {spec.address}:{SSH_PORT} "
-                           f"within {timeout:.0f} s: {_tail(node.sshd_log)}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+            return False
+
+    procs.wait_until(listening, record, timeout=timeout, delay=0.005, max_delay=0.1,
+                     exited=f"{spec.name}: sshd exited",
+                     late=f"{spec.name}: sshd did not listen on {spec.address}:{SSH_PORT}",
+                     tail=lambda: _tail(node.sshd_log))
 
 
 def _tail(path: Path, lines: int = 3) -> str:

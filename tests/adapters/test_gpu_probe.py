@@ -26,10 +26,9 @@ from servefleet.adapters.gpu_probe import probe_script_source, run_probe, run_pr
 from servefleet.adapters.node_script import PART_MARKER
 from servefleet.core import gpu as core
 from servefleet.core.errors import RemoteError
-from tests.shared_data import shared_missing
+from tests.shared_data import NVML_FIXTURES, shared_missing
 
 REPO = Path(__file__).resolve().parents[2]
-NVML_FIXTURES = REPO.parent / "shared" / "fixtures" / "nvml"
 RECORDED = Path(__file__).resolve().parent / "data"
 SCRIPT = REPO / "servefleet" / "adapters" / "gpu_probe" / "probe_script.py"
 

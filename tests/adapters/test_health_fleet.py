@@ -38,6 +38,7 @@ from servefleet.core.observed import parse_observation
 from servefleet.core.project import Project, load_project
 from servefleet.core.render.release import manifest_for, render_deployments
 from servefleet.sim.testbed import FleetHandle
+from tests.fleet_helpers import real_standin
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -56,10 +57,9 @@ NO_ULIMITS = "services:\n  engine:\n    ulimits: !reset {}\n"
 @pytest.fixture(scope="module")
 def fleet(sim_fleet: FleetHandle) -> FleetHandle:
     """The fleet, with the real stand-in engine (a placeholder proves no boot facts)."""
-    if not sim_fleet.standin_is_real:
-        pytest.fail("the stand-in engine image is not built (servefleet/sim/standin has no "
-                    "Dockerfile.vllm): health checks need its boot log and endpoints")
-    return sim_fleet
+    return real_standin(sim_fleet, "the stand-in engine image is not built (servefleet/sim/"
+                        "standin has no Dockerfile.vllm): health checks need its boot log and "
+                        "endpoints")
 
 
 GB10_CEILING = 0.83

@@ -5,7 +5,6 @@ restoring both ranks, lock contention, and an interruption."""
 from __future__ import annotations
 
 import dataclasses
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import cast
 
 import pytest
 from fake_node import FakeGateRollout, FakeNodeTransport, Fault, fake_runtime
+from loopback_sshd import free_port
 
 from servefleet.adapters import compose_commands, remote
 from servefleet.adapters.multinode import MultiNodeResult, MultiNodeRollout, Rank
@@ -27,12 +27,6 @@ from multinode_pair import build
 from servefleet.core.project import load_project
 
 NODES = ("dgx-spark-1", "dgx-spark-2")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class FakeWorkers(MultiNodeRollout):
@@ -55,8 +49,22 @@ class FakeWorkers(MultiNodeRollout):
                 f"address 10.0.0.1:29501 for torch.distributed process group. ({release})",)
 
 
+class ShowsBig:
+    """What each fake node (``transports``) shows of the ``big`` deployment."""
+
+    transports: dict[str, FakeNodeTransport]
+
+    def running(self, node: str) -> str | None:
+        dep = self.transports[node].observed("big").deployments.get("big")
+        return dep.running_release if dep else None
+
+    def current(self, node: str) -> str | None:
+        dep = self.transports[node].observed("big").deployments.get("big")
+        return dep.current_release if dep else None
+
+
 @dataclasses.dataclass
-class Pair:
+class Pair(ShowsBig):
     root: Path
     ports: tuple[int, int]
     transports: dict[str, FakeNodeTransport]
@@ -93,14 +101,6 @@ class Pair:
         runner = FakeWorkers(release, rollouts)
         runner.failing = failing_workers
         return runner.deploy()
-
-    def running(self, name: str) -> str | None:
-        dep = self.transports[name].observed("big").deployments.get("big")
-        return dep.running_release if dep else None
-
-    def current(self, name: str) -> str | None:
-        dep = self.transports[name].observed("big").deployments.get("big")
-        return dep.current_release if dep else None
 
 
 @pytest.fixture

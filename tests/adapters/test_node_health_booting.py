@@ -22,10 +22,10 @@ from servefleet.core.baselines import BaselineBook
 from servefleet.core.observed import ObservedContainer
 from servefleet.core.project import Project, load_project
 from servefleet.core.secrets import SecretMask
-from tests.shared_data import shared_missing
+from tests.shared_data import BOOT_LOGS, shared_missing
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "boot-logs"
+FIXTURES = BOOT_LOGS
 BOOT_LOG = "vllm-0.20.0-gb10-gemma-4-26b-a4b-it-04.log"
 ROUTES_LISTED = 149
 """Line 118 starts the API server, then the route list; line 150 is the ready line."""

@@ -10,9 +10,7 @@ worker's join line replaced, as in ``test_multinode_rollout.py``.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,8 +22,9 @@ import pulumi.runtime
 import pytest
 import yaml
 from fake_node import FakeGateRollout, FakeNodeTransport
-from pulumi.runtime import rpc
-from test_multinode_rollout import FakeWorkers
+from loopback_sshd import free_port
+from pulumi_helpers import as_pulumi_sends, ensure_event_loop, mocked_runtime
+from test_multinode_rollout import FakeWorkers, ShowsBig
 from test_pulumi_program import RecordingMocks, plaintext_paths
 
 from servefleet.adapters import compose_commands, multinode, pulumi_program, remote
@@ -56,22 +55,6 @@ FACTS = {"kv_cache_tokens": 412336, "cudagraph_mode": "FULL_AND_PIECEWISE",
          "max_concurrency": 3.15}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def as_pulumi_sends(props: dict[str, Any]) -> dict[str, Any]:
-    """``props`` after Pulumi's RPC encoding and decoding (numbers arrive as floats)."""
-    loop = asyncio.new_event_loop()
-    try:
-        struct = loop.run_until_complete(rpc.serialize_properties(props, {}))
-    finally:
-        loop.close()
-    return dict(rpc.deserialize_properties(struct))
-
-
 class GateWithFacts(FakeGateRollout):
     """The fake gate, reporting the boot facts a real head's gate reads from its log (so
     the audit line carries a gate record, as on a node)."""
@@ -84,7 +67,7 @@ class GateWithFacts(FakeGateRollout):
 
 
 @dataclass
-class Pair:
+class Pair(ShowsBig):
     """Two fake nodes and a project on disk whose inventory points at them."""
 
     root: Path
@@ -133,14 +116,6 @@ class Pair:
         runner = FakeWorkers(release, rollouts)
         runner.failing = self.failing_workers
         return runner.deploy()
-
-    def current(self, node: str) -> str | None:
-        dep = self.transports[node].observed("big").deployments.get("big")
-        return dep.current_release if dep else None
-
-    def running(self, node: str) -> str | None:
-        dep = self.transports[node].observed("big").deployments.get("big")
-        return dep.running_release if dep else None
 
 
 @pytest.fixture
@@ -318,25 +293,8 @@ class EngineMocks(RecordingMocks):
 
 @pytest.fixture
 def mocks(monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordingMocks]:
-    original = rpc.deserialize_properties
-
-    def keep_secret_markers(props: Any, keep_unknowns: bool | None = None,
-                            keep_internal: bool | None = True) -> Any:
-        return original(props, keep_unknowns, keep_internal)
-
-    monkeypatch.setattr(rpc, "deserialize_properties", keep_secret_markers)
-    try:
-        loop = asyncio.get_event_loop_policy().get_event_loop()
-        if loop.is_closed():
-            raise RuntimeError("closed")
-    except RuntimeError:
-        asyncio.set_event_loop(asyncio.new_event_loop())
-    recording = EngineMocks()
-    pulumi.runtime.set_mocks(recording, project="servefleet", stack="pair", preview=False)
-    pulumi.runtime.set_all_config({"servefleet:hfToken": TOKEN},
-                                  secret_keys=["servefleet:hfToken"])
-    yield recording
-    pulumi.runtime.set_all_config({})
+    ensure_event_loop()
+    yield from mocked_runtime(monkeypatch, EngineMocks(), "pair", TOKEN)
 
 
 def _stack_with(root: Path, strategy: str) -> Path:

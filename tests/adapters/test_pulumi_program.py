@@ -8,7 +8,6 @@ The provider's ``diff`` is tested here too, on properties alone (it never connec
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import pickle
 import shutil
@@ -24,6 +23,7 @@ import pytest
 import yaml
 from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.runtime import rpc
+from pulumi_helpers import ensure_event_loop, mocked_runtime
 
 from servefleet.adapters import pulumi_program, pulumi_provider
 from servefleet.adapters.pulumi_provider import (
@@ -66,31 +66,14 @@ class RecordingMocks(pulumi.runtime.Mocks):
 def event_loop_for_pulumi() -> None:
     """Pulumi's runtime wants a current event loop; an earlier ``asyncio.run()`` anywhere in
     the session leaves none."""
-    try:
-        loop = asyncio.get_event_loop_policy().get_event_loop()
-        if loop.is_closed():
-            raise RuntimeError("closed")
-    except RuntimeError:
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    ensure_event_loop()
 
 
 @pytest.fixture
 def mocks(monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordingMocks]:
     """Pulumi's mock monitor, keeping secrets wrapped so a test can see which inputs are
     secret (the mock monitor unwraps them otherwise)."""
-    original = rpc.deserialize_properties
-
-    def keep_secret_markers(props: Any, keep_unknowns: bool | None = None,
-                            keep_internal: bool | None = True) -> Any:
-        return original(props, keep_unknowns, keep_internal)
-
-    monkeypatch.setattr(rpc, "deserialize_properties", keep_secret_markers)
-    recording = RecordingMocks()
-    pulumi.runtime.set_mocks(recording, project="servefleet", stack="reference", preview=False)
-    pulumi.runtime.set_all_config({"servefleet:hfToken": HF_TOKEN},
-                                  secret_keys=["servefleet:hfToken"])
-    yield recording
-    pulumi.runtime.set_all_config({})
+    yield from mocked_runtime(monkeypatch, RecordingMocks(), "reference", HF_TOKEN)
 
 
 def _is_secret(value: Any) -> bool:

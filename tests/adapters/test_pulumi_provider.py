@@ -9,7 +9,6 @@ run in file order and each builds on the node state the previous one left.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pulumi.runtime import rpc
+from pulumi_helpers import as_pulumi_sends
 
 from servefleet.adapters import remote, rollout
 from servefleet.adapters.pulumi_program import deployment_inputs
@@ -71,18 +70,6 @@ def project(fleet: FleetHandle) -> Iterator[Project]:
     _wipe(fleet, loaded)
     yield loaded
     _wipe(fleet, loaded)
-
-
-def as_pulumi_sends(props: dict[str, Any]) -> dict[str, Any]:
-    """``props`` after Pulumi's RPC encoding and decoding (what a provider method gets)."""
-    # A loop of its own: asyncio.run() would leave the thread without a current loop, which
-    # Pulumi's mocks in later tests of the same session expect to find.
-    loop = asyncio.new_event_loop()
-    try:
-        struct = loop.run_until_complete(rpc.serialize_properties(props, {}))
-    finally:
-        loop.close()
-    return dict(rpc.deserialize_properties(struct))
 
 
 def props_for(project: Project, profile: str) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +43,7 @@ from servefleet.core.models import Deployment, Node, Profile
 from servefleet.core.project import Project, load_project
 from servefleet.core.secrets import SecretMask
 from servefleet.sim.testbed import FleetHandle
+from tests.fleet_helpers import http_get, real_standin, wiped_project
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -59,24 +59,14 @@ LOCK_WAIT_SECONDS = 300
 @pytest.fixture(scope="module")
 def fleet(sim_fleet: FleetHandle) -> FleetHandle:
     """The fleet, with the real stand-in engine (a placeholder proves no boot facts)."""
-    if not sim_fleet.standin_is_real:
-        pytest.fail("the stand-in engine image is not built yet (servefleet/sim/standin "
-                    "has no Dockerfile.vllm): rollout tests need its boot log")
-    return sim_fleet
-
-
-def wipe(fleet: FleetHandle, project: Project) -> None:
-    """Remove the test deployment (containers and folder) from every node."""
-    fleet.remove_deployment(project, DEP)
+    return real_standin(sim_fleet, "the stand-in engine image is not built yet (servefleet/"
+                        "sim/standin has no Dockerfile.vllm): rollout tests need its boot log")
 
 
 @pytest.fixture(scope="module")
 def base(fleet: FleetHandle) -> Iterator[Project]:
     """The project with the sim stack; the test deployment is wiped before and after."""
-    project = load_project(fleet.project_dir, "sim")
-    wipe(fleet, project)
-    yield project
-    wipe(fleet, project)
+    yield from wiped_project(fleet, DEP)
 
 
 def placed(project: Project, profiles: dict[str, str]) -> Project:
@@ -103,12 +93,7 @@ def current_of(node: Node) -> str | None:
 
 
 def get(node: Node, path: str, port: int = PORT) -> tuple[int, bytes]:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://{node.address}:{port}{path}", timeout=5) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, b""
+    return http_get(node, port, path, timeout=5)
 
 
 def running_release(fleet: FleetHandle, name: str) -> str:

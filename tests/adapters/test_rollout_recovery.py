@@ -196,6 +196,15 @@ def dep_of(scene: Scene) -> ObservedDeployment:
     return observed
 
 
+def assert_old_engine_untouched(scene: Scene) -> None:
+    """Neither stopped nor started: release A still current and running, gated."""
+    labels = scene.transport.labels
+    assert "stop the old engine" not in labels and "start the engine" not in labels
+    dep = dep_of(scene)
+    assert dep.running_release == dep.current_release == scene.release_a
+    assert not dep.ungated
+
+
 def audit_lines(scene: Scene) -> list[list[str]]:
     path = Path(scene.a.nodes[NODE].base_dir) / "main" / remote.AUDIT_FILE
     return [line.split("\t") for line in path.read_text().splitlines()]
@@ -390,11 +399,7 @@ def test_a_signal_during_the_pull_leaves_the_old_engine_untouched(scene: Scene) 
     assert dep_result.failure is not None
     assert dep_result.failure.failure_class == "interrupted"
     assert dep_result.restore is None
-    labels = scene.transport.labels
-    assert "stop the old engine" not in labels and "start the engine" not in labels
-    dep = dep_of(scene)
-    assert dep.running_release == dep.current_release == scene.release_a
-    assert not dep.ungated
+    assert_old_engine_untouched(scene)
     assert scene.transport.docker_state()["containers"] == before["containers"]
 
 
@@ -419,11 +424,7 @@ def test_a_failed_before_stop_hook_leaves_the_old_engine_serving(scene: Scene) -
     assert dep_result.failure.phase == "stage-weights"
     assert dep_result.failure.message == "weights: shard 4 of 4 failed its sha256"
     assert dep_result.restore is None
-    labels = scene.transport.labels
-    assert "stop the old engine" not in labels and "start the engine" not in labels
-    dep = dep_of(scene)
-    assert dep.running_release == dep.current_release == scene.release_a
-    assert not dep.ungated
+    assert_old_engine_untouched(scene)
     assert scene.transport.observed().lock_owner is None
 
 

@@ -36,10 +36,9 @@ from servefleet.adapters.rollout import Abort, NodeResult, render_for
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.health_table import HealthRow
 from servefleet.core.project import Project
-from tests.shared_data import shared_missing
+from tests.shared_data import BOOT_LOGS, shared_missing
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "boot-logs"
+FIXTURES = BOOT_LOGS
 VLLM_LOG = FIXTURES / "vllm-0.25.1-gb10-qwen3.6-35b-a3b-nvfp4-mtp-17.log"
 BOOT_LINES = "0:212"
 """Lines 1-212 of the log: the boot, up to ``Application startup complete.``"""
@@ -79,21 +78,36 @@ def deploy(project: Project, transport: FakeNodeTransport) -> tuple[NodeResult,
     return rollout.deploy([rendered], {"main": project.stack.deployments[0]}), rollout
 
 
+def fake_node(project: Project, root: Path, vllm_log: Path,
+              stop_lines: bool = True) -> FakeNodeTransport:
+    """The fake node under ``root``, its engine printing the recorded boot (and, with
+    ``stop_lines``, its shutdown)."""
+    transport = FakeNodeTransport(project.nodes[NODE], root / "node", SECRETS)
+    transport.env.update(FAKE_DOCKER_BOOT_LOG=str(vllm_log), FAKE_DOCKER_BOOT_LINES=BOOT_LINES)
+    if stop_lines:
+        transport.env.update(FAKE_DOCKER_STOP_LINES=STOP_LINES)
+    return transport
+
+
+def recreate_by_hand(transport: FakeNodeTransport, project: Project, release: str) -> None:
+    """What an operator's ``docker compose up -d --force-recreate`` does: a new container,
+    with no gate mark for it."""
+    transport.sh(["sh", "-c", 'exec "$@" >/dev/null', "sh", *compose_commands.compose(
+        ("docker", "compose"), project.nodes[NODE].base_dir, "main", release,
+        ["compose.yaml"], "up", "-d", "--force-recreate")])
+
+
 def test_an_engine_recreated_by_hand_is_gated_on_its_new_boot_log(
         root: Path, vllm_log: Path) -> None:
     project = project_at(root / "srv")
-    transport = FakeNodeTransport(project.nodes[NODE], root / "node", SECRETS)
-    transport.env.update(FAKE_DOCKER_BOOT_LOG=str(vllm_log), FAKE_DOCKER_BOOT_LINES=BOOT_LINES,
-                         FAKE_DOCKER_STOP_LINES=STOP_LINES)
+    transport = fake_node(project, root, vllm_log)
     first, _ = deploy(project, transport)
     assert first.status == "deployed", first.to_json()
     release = first.deployments[0].release_id
     assert release is not None
 
     # The operator re-creates the engine by hand: a new container, no gate mark for it.
-    transport.sh(["sh", "-c", 'exec "$@" >/dev/null', "sh", *compose_commands.compose(
-        ("docker", "compose"), project.nodes[NODE].base_dir, "main", release,
-        ["compose.yaml"], "up", "-d", "--force-recreate")])
+    recreate_by_hand(transport, project, release)
     assert transport.observed().deployments["main"].ungated
 
     again, rollout = deploy(project, transport)
@@ -112,8 +126,7 @@ def test_an_engine_recreated_by_hand_is_gated_on_its_new_boot_log(
 def test_health_shows_an_ungated_engine_and_its_restart_count(
         root: Path, vllm_log: Path) -> None:
     project = project_at(root / "srv")
-    transport = FakeNodeTransport(project.nodes[NODE], root / "node", SECRETS)
-    transport.env.update(FAKE_DOCKER_BOOT_LOG=str(vllm_log), FAKE_DOCKER_BOOT_LINES=BOOT_LINES)
+    transport = fake_node(project, root, vllm_log, stop_lines=False)
     first, _ = deploy(project, transport)
     release = first.deployments[0].release_id
     assert release is not None
@@ -131,9 +144,7 @@ def test_health_shows_an_ungated_engine_and_its_restart_count(
     gated = rows()
     assert "health gate" not in gated
     assert gated["engine restarts"].observed == "0 (policy on-failure:3)"
-    transport.sh(["sh", "-c", 'exec "$@" >/dev/null', "sh", *compose_commands.compose(
-        ("docker", "compose"), project.nodes[NODE].base_dir, "main", release,
-        ["compose.yaml"], "up", "-d", "--force-recreate")])
+    recreate_by_hand(transport, project, release)
     row = rows()["health gate"]
     assert (row.verdict, row.expected) == ("warn", "passed")
     assert "ungated" in row.observed and "servefleet deploy" in row.evidence[0]
@@ -151,9 +162,7 @@ def test_a_restore_after_a_stop_that_did_not_happen_boots_the_old_engine_afresh(
     health = profile.health.model_copy(update={"boot_deadline_seconds": 20})
     project = dataclasses.replace(quick, profiles={
         **quick.profiles, PROFILE: profile.model_copy(update={"health": health})})
-    transport = FakeNodeTransport(project.nodes[NODE], root / "node", SECRETS)
-    transport.env.update(FAKE_DOCKER_BOOT_LOG=str(vllm_log), FAKE_DOCKER_BOOT_LINES=BOOT_LINES,
-                         FAKE_DOCKER_STOP_LINES=STOP_LINES)
+    transport = fake_node(project, root, vllm_log)
     first, _ = deploy(project, transport)
     assert first.status == "deployed", first.to_json()
     old = first.deployments[0].release_id

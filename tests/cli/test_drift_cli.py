@@ -8,6 +8,7 @@ made on a node and the check must name it with its values.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shlex
@@ -207,6 +208,21 @@ class Fleet:
         """A file on the node outside every release folder."""
         return self.handle.node_files(self.node_name).root / file
 
+    @contextlib.contextmanager
+    def engine_by_hand(self, file: str, engine: dict[str, Any]) -> Iterator[None]:
+        """The plain deployment's engine recreated by hand with the compose override
+        ``engine`` (written to the scratch ``file``); recreated from its release after (a
+        new container: its restart count starts at 0), and put back."""
+        extra = self.scratch(file)
+        extra.write_text(yaml.safe_dump({"services": {"engine": engine}}))
+        try:
+            self.compose_up(PLAIN, extra)
+            yield
+        finally:
+            self.compose_up(PLAIN)
+            extra.unlink(missing_ok=True)
+        self.put_back(PLAIN)
+
     def drift(self, *args: str, stack: str = DRIFT_STACK) -> tuple[int, dict[str, Any]]:
         result = self.run_cli("drift", "--json", "--timeout", "90", *args,
                               project=self.project_dir, stack=stack,
@@ -371,11 +387,8 @@ def test_stopped_container(fleet: Fleet) -> None:
 @pytest.mark.slow
 def test_restarting_container(fleet: Fleet) -> None:
     # A fault in this container's environment only (the fault file would reach both).
-    extra = fleet.scratch("drift-test-crash.yaml")
-    extra.write_text(yaml.safe_dump({"services": {"engine": {
-        "environment": {"STANDIN_FAULT": "crash_after_boot=1"}}}}))
-    try:
-        fleet.compose_up(PLAIN, extra)
+    with fleet.engine_by_hand("drift-test-crash.yaml", {
+        "environment": {"STANDIN_FAULT": "crash_after_boot=1"}}):
         items = fleet.wait(PLAIN, lambda items: "container-restarting" in kinds(items),
                            "a restarting container")
         item = one(items, "container-restarting")
@@ -385,22 +398,15 @@ def test_restarting_container(fleet: Fleet) -> None:
                              f"{fleet.container(PLAIN)}")
         assert int(restarts) >= 1
         assert one(items, "env", "STANDIN_FAULT")["expected"] is None
-    finally:
-        fleet.compose_up(PLAIN)  # a new container: its restart count starts at 0
-        extra.unlink(missing_ok=True)
-    fleet.put_back(PLAIN)
 
 
 @pytest.mark.fleet
 @pytest.mark.slow
 def test_env_and_labels_changed_by_hand(fleet: Fleet) -> None:
-    extra = fleet.scratch("drift-test-env.yaml")
-    extra.write_text(yaml.safe_dump({"services": {"engine": {
+    with fleet.engine_by_hand("drift-test-env.yaml", {
         "environment": {"STANDIN_NODE_NAME": "renamed-by-hand", "DEBUG_BY_HAND": "1",
                         "HF_TOKEN": "hf_pasted-by-hand-1234"},
-        "labels": {"io.servefleet.profile": "by-hand", "owner": "bob"}}}}))
-    try:
-        fleet.compose_up(PLAIN, extra)
+        "labels": {"io.servefleet.profile": "by-hand", "owner": "bob"}}):
         fleet.wait(PLAIN, lambda items: "engine-version" not in kinds(items),
                    "the recreated engine answering")
         code, report = fleet.drift()
@@ -420,10 +426,6 @@ def test_env_and_labels_changed_by_hand(fleet: Fleet) -> None:
         assert (owner["expected"], owner["observed"]) == (None, "bob")
         text = json.dumps(report)
         assert "hf_pasted-by-hand-1234" not in text and SECRETS["HF_TOKEN"] not in text
-    finally:
-        fleet.compose_up(PLAIN)
-        extra.unlink(missing_ok=True)
-    fleet.put_back(PLAIN)
 
 
 @pytest.mark.fleet
@@ -503,11 +505,8 @@ def test_driver_upgraded(fleet: Fleet) -> None:
 @pytest.mark.fleet
 @pytest.mark.slow
 def test_engine_version_changed(fleet: Fleet) -> None:
-    extra = fleet.scratch("drift-test-version.yaml")
-    extra.write_text(yaml.safe_dump({"services": {"engine": {
-        "environment": {"STANDIN_ENGINE_VERSION": "0.22.0"}}}}))
-    try:
-        fleet.compose_up(PLAIN, extra)
+    with fleet.engine_by_hand("drift-test-version.yaml", {
+        "environment": {"STANDIN_ENGINE_VERSION": "0.22.0"}}):
         items = fleet.wait(PLAIN, lambda items: any(
             i["kind"] == "engine-version" and i["observed"] for i in items),
             "the engine's new version")
@@ -516,10 +515,6 @@ def test_engine_version_changed(fleet: Fleet) -> None:
         # The variable was changed by hand too, and that is said as well.
         env = one(items, "env", "STANDIN_ENGINE_VERSION")
         assert (env["expected"], env["observed"]) == ("0.21.0", "0.22.0")
-    finally:
-        fleet.compose_up(PLAIN)
-        extra.unlink(missing_ok=True)
-    fleet.put_back(PLAIN)
 
 
 @pytest.mark.fleet
@@ -549,19 +544,12 @@ def test_cuda_graph_mode(fleet: Fleet) -> None:
     release = fleet.release_dir(PLAIN)
     service = yaml.safe_load((release / "compose.yaml").read_text())["services"]["engine"]
     command = [str(a) for a in service["command"]] + ["--enforce-eager"]
-    extra = fleet.scratch("drift-test-eager.yaml")
-    extra.write_text(yaml.safe_dump({"services": {"engine": {"command": command}}}))
-    try:
-        fleet.compose_up(PLAIN, extra)
+    with fleet.engine_by_hand("drift-test-eager.yaml", {"command": command}):
         items = fleet.wait(PLAIN, lambda items: "cudagraph-mode" in kinds(items),
                            "the CUDA-graph mode of the new boot")
         item = one(items, "cudagraph-mode")
         assert (item["expected"], item["observed"]) == ("FULL_AND_PIECEWISE", "NONE")
         assert "--enforce-eager" in one(items, "command")["observed"]
-    finally:
-        fleet.compose_up(PLAIN)
-        extra.unlink(missing_ok=True)
-    fleet.put_back(PLAIN)
 
 
 @pytest.mark.fleet

@@ -29,10 +29,9 @@ from servefleet.core.gpu import (
     smi_value,
     version_matches,
 )
-from tests.shared_data import shared_missing
+from tests.shared_data import NVML_FIXTURES, shared_missing
 
 REPO = Path(__file__).resolve().parents[2]
-NVML_FIXTURES = REPO.parent / "shared" / "fixtures" / "nvml"
 RECORDED = REPO / "tests" / "adapters" / "data"
 
 # nvidia-smi's format for a GB10 (unified memory): memory columns answer [N/A].

@@ -4,7 +4,6 @@ and ``keyscan`` give; a node file that does not load is said to have failed to l
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,8 @@ import pytest
 from servefleet.core.errors import ConfigError
 from servefleet.core.hostkeys import normalize_host_key, pin_advice
 from servefleet.core.project import load_project
+from tests.reference_project import copy_reference
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHWrinkP5271G+hYsu19FVutAVLAaXGxtzVCSx8KdwfB"
 ADVICE = ("run `servefleet keyscan NODE` (or `ssh-keyscan -t ed25519 -- HOST`), check the "
           "fingerprint on the node's console, and paste the line under ssh.host_keys in its "
@@ -60,11 +59,7 @@ def test_the_advice_names_the_node_and_quotes_its_address() -> None:
 
 @pytest.fixture()
 def root(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    shutil.copytree(REPO_ROOT / "nodes", root / "nodes", ignore=shutil.ignore_patterns("sim"))
-    shutil.copytree(REPO_ROOT / "profiles", root / "profiles")
-    shutil.copy(REPO_ROOT / "Pulumi.reference.yaml", root / "Pulumi.reference.yaml")
-    return root
+    return copy_reference(tmp_path)
 
 
 def _pin(root: Path, line: str) -> None:

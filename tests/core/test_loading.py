@@ -8,7 +8,6 @@ thing; the folder's files must be byte-for-byte and mtime-for-mtime unchanged af
 from __future__ import annotations
 
 import hashlib
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,8 +15,8 @@ import pytest
 
 from servefleet.core.errors import ConfigError
 from servefleet.core.project import load_project
+from tests.reference_project import copy_reference
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 STACK = "reference"
 DIGEST = "sha256:" + "ab" * 32
 
@@ -27,13 +26,7 @@ Mutation = Callable[[Path], None]
 @pytest.fixture()
 def project_dir(tmp_path: Path) -> Path:
     """A copy of the shipped nodes, profiles and reference stack."""
-    root = tmp_path / "project"
-    root.mkdir()
-    shutil.copytree(REPO_ROOT / "nodes", root / "nodes",
-                    ignore=shutil.ignore_patterns("sim"))
-    shutil.copytree(REPO_ROOT / "profiles", root / "profiles")
-    shutil.copy(REPO_ROOT / f"Pulumi.{STACK}.yaml", root / f"Pulumi.{STACK}.yaml")
-    return root
+    return copy_reference(tmp_path)
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, int]]:

@@ -11,19 +11,15 @@ import pytest
 from servefleet.core.errors import ConfigError
 from servefleet.core.project import load_project
 from servefleet.core.suggest import closest, unknown_name
+from tests.reference_project import copy_reference
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 KNOWN_PROFILES = ("qwen36-fp8, qwen36-fp8-mtp, qwen36-fp8-tp2, qwen36-nvfp4-tq, "
                   "qwen36-q4-llamacpp, qwen36-w8a16, qwen36-w8a16-1m")
 
 
 @pytest.fixture()
 def root(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    shutil.copytree(REPO_ROOT / "nodes", root / "nodes", ignore=shutil.ignore_patterns("sim"))
-    shutil.copytree(REPO_ROOT / "profiles", root / "profiles")
-    shutil.copy(REPO_ROOT / "Pulumi.reference.yaml", root / "Pulumi.reference.yaml")
-    return root
+    return copy_reference(tmp_path)
 
 
 def _problems(root: Path, stack: str = "reference") -> list[str]:

@@ -122,16 +122,9 @@ def _copy_project(source: Path, target: Path) -> None:
             shutil.copytree(source / name, target / name)
 
 
-@pytest.fixture(scope="module")
-def pulumi(tmp_path_factory: pytest.TempPathFactory, pulumi_bin: Path,
-           fleet: FleetHandle) -> Iterator[Pulumi]:
-    """A fresh ``sim`` stack on a copy of the project; destroyed at the end if still up."""
-    for spec in fleet.nodes.values():
-        # A fault marker another test left behind would fail these boots.
-        (fleet.node_files(spec.name).control_dir / "fault").unlink(missing_ok=True)
-    root = tmp_path_factory.mktemp("pulumi-e2e")
-    project = root / "project"
-    _copy_project(fleet.project_dir, project)
+def new_stack(root: Path, project: Path, pulumi_bin: Path, stack: str) -> Pulumi:
+    """The CLI on ``project`` with state and home folders of its own under ``root``, and a
+    fresh ``stack`` holding the test's HF token."""
     (root / "state").mkdir()
     (root / "home").mkdir()
     env = {
@@ -149,8 +142,22 @@ def pulumi(tmp_path_factory: pytest.TempPathFactory, pulumi_bin: Path,
     for inherited in ("PULUMI_ACCESS_TOKEN", "PULUMI_CONFIG_PASSPHRASE_FILE"):
         env.pop(inherited, None)
     cli = Pulumi(project, env)
-    cli.run("stack", "init", STACK)
+    cli.run("stack", "init", stack)
     cli.run("config", "set", "--secret", "servefleet:hfToken", HF_TOKEN)
+    return cli
+
+
+@pytest.fixture(scope="module")
+def pulumi(tmp_path_factory: pytest.TempPathFactory, pulumi_bin: Path,
+           fleet: FleetHandle) -> Iterator[Pulumi]:
+    """A fresh ``sim`` stack on a copy of the project; destroyed at the end if still up."""
+    for spec in fleet.nodes.values():
+        # A fault marker another test left behind would fail these boots.
+        (fleet.node_files(spec.name).control_dir / "fault").unlink(missing_ok=True)
+    root = tmp_path_factory.mktemp("pulumi-e2e")
+    project = root / "project"
+    _copy_project(fleet.project_dir, project)
+    cli = new_stack(root, project, pulumi_bin, STACK)
     try:
         yield cli
     finally:

@@ -11,7 +11,6 @@ and destroy stops both ranks. The project is copied with a state folder of its o
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from test_pulumi_e2e import (  # noqa: F401  (fixtures)
     Pulumi,
     _copy_project,
     fleet,
+    new_stack,
     pulumi_bin,
 )
 
@@ -64,23 +64,7 @@ def pulumi(tmp_path_factory: pytest.TempPathFactory, pulumi_bin: Path,  # noqa: 
     _copy_project(fleet.project_dir, project)
     # The copy carries the sim stack's file; this stack is the pair's.
     shutil.copy2(fleet.project_dir / f"Pulumi.{STACK}.yaml", project / f"Pulumi.{STACK}.yaml")
-    (root / "state").mkdir()
-    (root / "home").mkdir()
-    env = {
-        **os.environ,
-        "PATH": f"{pulumi_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PULUMI_HOME": str(root / "home"),
-        "PULUMI_BACKEND_URL": f"file://{root / 'state'}",
-        "PULUMI_CONFIG_PASSPHRASE": "servefleet-e2e",
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-        "PULUMI_PYTHON_CMD": sys.executable,
-    }
-    for inherited in ("PULUMI_ACCESS_TOKEN", "PULUMI_CONFIG_PASSPHRASE_FILE"):
-        env.pop(inherited, None)
-    cli = Pulumi(project, env)
-    cli.run("stack", "init", STACK)
-    cli.run("config", "set", "--secret", "servefleet:hfToken", HF_TOKEN)
+    cli = new_stack(root, project, pulumi_bin, STACK)
     try:
         yield cli
     finally:

@@ -166,20 +166,27 @@ def _key_fingerprint(line: str) -> str:
     return fingerprint(paramiko.Ed25519Key(data=base64.b64decode(line.split()[1])))
 
 
+def failing_doctor_with(doctor: Callable[..., Result], project: Path, tmp_path: Path,
+                        document: dict) -> Result:
+    """``doctor`` on a copy of the project whose node file is ``document``; it fails."""
+    other = tmp_path / "other"
+    shutil.copytree(project, other)
+    (other / "nodes" / "sim" / f"{NODE}.yaml").write_text(yaml.safe_dump(document))
+    result = doctor(root=other)
+    assert result.exit_code == 1, result.output
+    return result
+
+
 def test_a_refused_host_key_is_one_failed_line(
         doctor: Callable[..., Result], project: Path, tmp_path: Path,
         sim_fleet: FleetHandle) -> None:
-    other = tmp_path / "other"
-    shutil.copytree(project, other)
     document = node_doc(project)
     real = document["ssh"]["host_keys"][0]
     wrong = yaml.safe_load((project / "nodes" / "sim" / "sim-spark-1.yaml").read_text()
                            )["ssh"]["host_keys"][0]
     document["ssh"]["host_keys"] = [wrong]
-    (other / "nodes" / "sim" / f"{NODE}.yaml").write_text(yaml.safe_dump(document))
-    result = doctor(root=other)
+    result = failing_doctor_with(doctor, project, tmp_path, document)
     address = sim_fleet.nodes[NODE].address
-    assert result.exit_code == 1, result.output
     assert lines(result)[1:] == [
         f"  fail  ssh: host key mismatch at {address}: the node presented ssh-ed25519 "
         f"{_key_fingerprint(real)} but the inventory pins ssh-ed25519 "
@@ -195,14 +202,10 @@ def test_a_refused_host_key_is_one_failed_line(
 def test_an_unreachable_node_is_one_failed_line(
         doctor: Callable[..., Result], project: Path, tmp_path: Path,
         sim_fleet: FleetHandle) -> None:
-    other = tmp_path / "other"
-    shutil.copytree(project, other)
     document = node_doc(project)
     document["ssh"]["port"] = 1  # nothing listens there
-    (other / "nodes" / "sim" / f"{NODE}.yaml").write_text(yaml.safe_dump(document))
-    result = doctor(root=other)
+    result = failing_doctor_with(doctor, project, tmp_path, document)
     address = sim_fleet.nodes[NODE].address
-    assert result.exit_code == 1, result.output
     assert lines(result)[1:] == [
         f"  fail  ssh: cannot reach {address}:1 over SSH after 2 attempts ([Errno 111] "
         f"Connection refused); fix: check that the node is up and sshd listens on "

@@ -16,8 +16,9 @@ from click.testing import Result
 
 from servefleet.adapters.rollout import NodeResult, deploy
 from servefleet.core.models import Deployment
-from servefleet.core.project import Project, load_project
+from servefleet.core.project import Project
 from servefleet.sim.testbed import FleetHandle
+from tests.fleet_helpers import wiped_project
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -27,17 +28,9 @@ DEP = "hi"
 PORT = 8002
 
 
-def wipe(fleet: FleetHandle, project: Project) -> None:
-    """Remove the test deployment (containers and folder) from the node."""
-    fleet.remove_deployment(project, DEP, [NODE])
-
-
 @pytest.fixture(scope="module")
 def base(sim_fleet: FleetHandle) -> Iterator[Project]:
-    project = load_project(sim_fleet.project_dir, "sim")
-    wipe(sim_fleet, project)
-    yield project
-    wipe(sim_fleet, project)
+    yield from wiped_project(sim_fleet, DEP, [NODE])
 
 
 def placed(project: Project, profile: str) -> Project:

@@ -22,8 +22,9 @@ from servefleet.adapters.drift_collect.check import check_fleet as check_drift
 from servefleet.adapters.node_health import HealthOptions, check_fleet
 from servefleet.adapters.rollout import NodeResult, deploy
 from servefleet.core.models import Deployment, Node, Profile
-from servefleet.core.project import Project, load_project
+from servefleet.core.project import Project
 from servefleet.sim.testbed import FleetHandle
+from tests.fleet_helpers import http_get, wiped_project
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -35,17 +36,9 @@ RTX = "sim-5090"
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def wipe(fleet: FleetHandle, project: Project) -> None:
-    """Remove the test deployment (containers and folder) from every node."""
-    fleet.remove_deployment(project, DEP)
-
-
 @pytest.fixture(scope="module")
 def project(real_engines: FleetHandle) -> Iterator[Project]:
-    loaded = load_project(real_engines.project_dir, "sim")
-    wipe(real_engines, loaded)
-    yield loaded
-    wipe(real_engines, loaded)
+    yield from wiped_project(real_engines, DEP)
 
 
 def placed(project: Project, profiles: dict[str, str],
@@ -77,12 +70,7 @@ def one(results: list[NodeResult], node: str) -> NodeResult:
 
 
 def get(node: Node, path: str) -> tuple[int, bytes]:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://{node.address}:{PORT}{path}", timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, b""
+    return http_get(node, PORT, path, timeout=30)
 
 
 def chat(node: Node, model: str, text: str) -> None:

@@ -16,8 +16,9 @@ import yaml
 from servefleet.adapters.rollout import deploy
 from servefleet.core.kvplan.accuracy import TOLERANCE
 from servefleet.core.models import Deployment, Profile
-from servefleet.core.project import Project, load_project
+from servefleet.core.project import Project
 from servefleet.sim.testbed import FleetHandle
+from tests.fleet_helpers import wiped_project
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -28,16 +29,9 @@ TARGET = 3_000_000
 SECRETS = {"HF_TOKEN": "hf_tune-fleet-test-secret"}
 
 
-def wipe(fleet: FleetHandle, project: Project) -> None:
-    fleet.remove_deployment(project, DEP, [SPARK])
-
-
 @pytest.fixture(scope="module")
 def project(real_engines: FleetHandle) -> Iterator[Project]:
-    loaded = load_project(real_engines.project_dir, "sim")
-    wipe(real_engines, loaded)
-    yield loaded
-    wipe(real_engines, loaded)
+    yield from wiped_project(real_engines, DEP, [SPARK])
 
 
 def test_tune_overlay_reaches_its_kv_target_on_the_cpu_build(

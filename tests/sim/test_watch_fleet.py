@@ -74,12 +74,19 @@ def wipe(fleet: FleetHandle, project: Project) -> None:
     fleet.remove_deployment(project, DEP, check=False)
 
 
-def test_sigstopped_engine_core_is_wedged_and_restarted(real_engines: FleetHandle) -> None:
-    project = load_project(real_engines.project_dir, "sim")
-    wipe(real_engines, project)
+def fp8_on_the_spark(fleet: FleetHandle) -> tuple[Project, Project]:
+    """The sim project, wiped, and the stack deployed from it with ``qwen36-fp8`` on the
+    Spark."""
+    project = load_project(fleet.project_dir, "sim")
+    wipe(fleet, project)
     stack = placed(project, {SPARK: "qwen36-fp8"})
     [result] = deploy(stack, nodes=[SPARK], secrets=SECRETS)
     assert result.ok, result.to_json()
+    return project, stack
+
+
+def test_sigstopped_engine_core_is_wedged_and_restarted(real_engines: FleetHandle) -> None:
+    project, stack = fp8_on_the_spark(real_engines)
     actions: list[WatchEvent] = []
     w = watcher(stack, actions)
     try:
@@ -102,11 +109,7 @@ def test_sigstopped_engine_core_is_wedged_and_restarted(real_engines: FleetHandl
 
 
 def test_idle_and_a_long_prompt_never_trigger(real_engines: FleetHandle) -> None:
-    project = load_project(real_engines.project_dir, "sim")
-    wipe(real_engines, project)
-    stack = placed(project, {SPARK: "qwen36-fp8"})
-    [result] = deploy(stack, nodes=[SPARK], secrets=SECRETS)
-    assert result.ok, result.to_json()
+    project, stack = fp8_on_the_spark(real_engines)
     node = stack.nodes[SPARK]
     actions: list[WatchEvent] = []
     w = watcher(stack, actions)
@@ -137,11 +140,7 @@ def test_idle_and_a_long_prompt_never_trigger(real_engines: FleetHandle) -> None
 
 def test_crash_loop_is_restarted_k_times_then_last_good_then_stopped(
         sim_fleet: FleetHandle) -> None:
-    project = load_project(sim_fleet.project_dir, "sim")
-    wipe(sim_fleet, project)
-    stack = placed(project, {SPARK: "qwen36-fp8"})
-    [result] = deploy(stack, nodes=[SPARK], secrets=SECRETS)
-    assert result.ok, result.to_json()
+    project, stack = fp8_on_the_spark(sim_fleet)
     fault = Path(stack.nodes[SPARK].sim.control_dir) / "fault"  # type: ignore[union-attr]
     fault.write_text("crash_after_boot=1\n")
     actions: list[WatchEvent] = []

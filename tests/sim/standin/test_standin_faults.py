@@ -9,7 +9,7 @@ import time
 
 from standin_helpers import READY_VLLM, chat, free_port, http
 
-from servefleet.core.bootlog import parse_text
+from servefleet.core.bootlog import BootFacts, parse_text
 
 MODEL = "Qwen/Qwen3.6-35B-A3B-FP8"
 BASE = [MODEL, "--max-model-len", "65536", "--gpu-memory-utilization", "0.5"]
@@ -72,13 +72,19 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_slow_boot_multiplies_the_reported_durations(standin, control_dir) -> None:
+def boots_without_and_with(standin, control_dir, words: str) -> tuple[BootFacts, BootFacts]:
+    """The boot facts of a ready engine without faults, then of one with ``words``."""
     normal, _ = start(standin, control_dir, "")
     assert normal.wait_for(READY_VLLM)
-    slow, _ = start(standin, control_dir, "slow_boot=4\n")
-    assert slow.wait_for(READY_VLLM)
-    fast_s = parse_text(normal.stdout).weights_load_seconds
-    slow_s = parse_text(slow.stdout).weights_load_seconds
+    faulty, _ = start(standin, control_dir, words)
+    assert faulty.wait_for(READY_VLLM)
+    return parse_text(normal.stdout), parse_text(faulty.stdout)
+
+
+def test_slow_boot_multiplies_the_reported_durations(standin, control_dir) -> None:
+    normal, slow = boots_without_and_with(standin, control_dir, "slow_boot=4\n")
+    fast_s = normal.weights_load_seconds
+    slow_s = slow.weights_load_seconds
     assert fast_s and slow_s
     assert abs(slow_s / fast_s - 4) < 0.01
 
@@ -93,12 +99,9 @@ def test_health_fail_answers_503_while_serving(standin, control_dir) -> None:
 
 
 def test_kv_small_shrinks_the_pool_without_failing(standin, control_dir) -> None:
-    normal, _ = start(standin, control_dir, "")
-    assert normal.wait_for(READY_VLLM)
-    small, _ = start(standin, control_dir, "kv_small\n")
-    assert small.wait_for(READY_VLLM)
-    full = parse_text(normal.stdout).kv_cache_tokens
-    shrunk = parse_text(small.stdout).kv_cache_tokens
+    normal, small = boots_without_and_with(standin, control_dir, "kv_small\n")
+    full = normal.kv_cache_tokens
+    shrunk = small.kv_cache_tokens
     assert full and shrunk
     assert 0.6 < shrunk / full < 0.8
 

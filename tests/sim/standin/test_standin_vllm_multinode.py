@@ -23,6 +23,15 @@ def _rank(standin: Any, rank: int, api: int, master: int, env: dict[str, str] | 
                    env={"STANDIN_GPU_COUNT": "1", **(env or {})})
 
 
+def _serving_pair(standin: Any) -> tuple[Any, Any]:
+    """A head and its worker on fresh ports, once the head serves."""
+    api, master = free_port(), free_port()
+    head = _rank(standin, 0, api, master)
+    worker = _rank(standin, 1, api, master)
+    assert head.wait_for(READY_VLLM), head.stdout[-2000:]
+    return head, worker
+
+
 def test_the_head_waits_for_the_worker_then_serves(standin: Any) -> None:
     api, master = free_port(), free_port()
     head = _rank(standin, 0, api, master, {"NCCL_DEBUG": "INFO"})
@@ -37,17 +46,11 @@ def test_the_head_waits_for_the_worker_then_serves(standin: Any) -> None:
 
 
 def test_a_dead_worker_stops_the_head_and_a_dead_head_the_worker(standin: Any) -> None:
-    api, master = free_port(), free_port()
-    head = _rank(standin, 0, api, master)
-    worker = _rank(standin, 1, api, master)
-    assert head.wait_for(READY_VLLM), head.stdout[-2000:]
+    head, worker = _serving_pair(standin)
     worker.proc.kill()
     assert head.wait_exit() == 1
     assert "closed its torch.distributed connection" in head.stdout
-    api, master = free_port(), free_port()
-    head = _rank(standin, 0, api, master)
-    worker = _rank(standin, 1, api, master)
-    assert head.wait_for(READY_VLLM), head.stdout[-2000:]
+    head, worker = _serving_pair(standin)
     head.proc.kill()
     assert worker.wait_exit() == 1
     assert "closed the torch.distributed connection" in worker.stdout

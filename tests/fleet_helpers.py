@@ -1,0 +1,43 @@
+"""What tests on the simulated fleet share: the project with the test's own deployment
+removed from the nodes before the test starts and after it ends, and plain HTTP to a node."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator
+
+import pytest
+
+from servefleet.core.models import Node
+from servefleet.core.project import Project, load_project
+from servefleet.sim.testbed import FleetHandle
+
+
+def wiped_project(fleet: FleetHandle, deployment: str,
+                  nodes: Iterable[str] | None = None) -> Iterator[Project]:
+    """The fleet's ``sim`` project, with ``deployment`` removed (containers and folder) from
+    ``nodes`` (default: every node) before and after; a fixture's body: ``yield from``."""
+    project = load_project(fleet.project_dir, "sim")
+    fleet.remove_deployment(project, deployment, nodes)
+    yield project
+    fleet.remove_deployment(project, deployment, nodes)
+
+
+def http_get(node: Node, port: int, path: str, timeout: float) -> tuple[int, bytes]:
+    """``GET http://<node>:<port><path>`` without any proxy: the status and the body (empty
+    for an error status)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://{node.address}:{port}{path}", timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, b""
+
+
+def real_standin(fleet: FleetHandle, reason: str) -> FleetHandle:
+    """``fleet``, where it runs the real stand-in engine; the test fails with ``reason`` on a
+    placeholder (which proves no boot facts)."""
+    if not fleet.standin_is_real:
+        pytest.fail(reason)
+    return fleet
