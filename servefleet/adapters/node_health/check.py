@@ -41,7 +41,7 @@ from servefleet.core.baselines import (
 from servefleet.core.bootlog import BootFacts
 from servefleet.core.bootlog.phase import boot_phase
 from servefleet.core.errors import LockHeld, RemoteError
-from servefleet.core.expectations import derive_expectations
+from servefleet.core.expectations import ExpectedHealth, derive_expectations
 from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow, rows_pass
 from servefleet.core.kvplan.gate import check_against_prediction, expectations_with_prediction
 from servefleet.core.models import Node, Profile
@@ -94,6 +94,18 @@ class DeploymentCheck:
         self.boot_phase: str | None = None
         self.api_facts: dict[str, Any] = {}
         """What the engine's API states and its log may not (llama.cpp /props)."""
+        self._expected: dict[str, ExpectedHealth] = {}
+
+    def expectations(self, profile: Profile) -> ExpectedHealth:
+        """The profile's expectations on this node, derived once per check (the boot
+        checks, the probes and the baseline rows all read them)."""
+        if profile.name not in self._expected:
+            self._expected[profile.name] = derive_expectations(profile, self.node)
+        return self._expected[profile.name]
+
+    def remember_expectations(self, profile: Profile, expected: ExpectedHealth) -> None:
+        """Use ``expected`` as ``profile``'s expectations (derived by the caller already)."""
+        self._expected[profile.name] = expected
 
     def read(self) -> NodeRead:
         """Clock, baselines and log (one command)."""
@@ -141,7 +153,7 @@ class DeploymentCheck:
         facts = parse_lines(current, profile.engine)
         facts, booted = self.boot_outcome(profile, container, facts, current, read)
         if booted:
-            expected = derive_expectations(profile, self.node)
+            expected = self.expectations(profile)
             spec = GateSpec.for_profile(profile, self.node)
             for boot_check in BOOT_CHECKS:
                 if boot_check is check_outcome:
@@ -295,7 +307,7 @@ class DeploymentCheck:
             client.send = self.options.http_send
         results = run_probes(client, profile, chat=self.options.chat,
                              determinism=self.options.determinism, basic=basic,
-                             expected=derive_expectations(profile, self.node))
+                             expected=self.expectations(profile))
         self.rows.extend(results.rows)
         self.api_facts.update(results.facts)
         if results.engine_down:

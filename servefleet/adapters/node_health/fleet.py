@@ -11,7 +11,7 @@ from servefleet.adapters.node_health.options import HealthOptions
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bootlog import BootFacts
 from servefleet.core.errors import ConfigError, RemoteError, ServefleetError
-from servefleet.core.expectations import derive_expectations
+from servefleet.core.expectations import ExpectedHealth
 from servefleet.core.health_table import CheckRow, DeploymentHealth
 from servefleet.core.models import Node, Profile
 from servefleet.core.project import Project
@@ -28,7 +28,8 @@ def check_deployment(project: Project, node: Node, deployment: str, transport: S
 def gate_checks(transport: SshTransport, node: Node, profile: Profile, deployment: str, *,
                 release_id: str | None, facts: BootFacts, base_url: str,
                 since: float | None, options: HealthOptions | None = None,
-                project: Project | None = None) -> tuple[list[CheckRow], str | None]:
+                project: Project | None = None,
+                expected: ExpectedHealth | None = None) -> tuple[list[CheckRow], str | None]:
     """What a rollout's health gate can add once its own checks passed (the boot is ready,
     ``/health`` and ``/v1/models`` answered): the rest of the HTTP probes (version, chat,
     metrics, the TurboQuant long prompt, determinism when the profile asks for it) and the
@@ -37,16 +38,18 @@ def gate_checks(transport: SshTransport, node: Node, profile: Profile, deploymen
     with). ``since`` is the node time (epoch seconds) the engine was started at.
 
     With ``project`` (its pinned model configs), the pool is also checked against the KV
-    planner's prediction, as ``servefleet health`` does.
+    planner's prediction, as ``servefleet health`` does. ``expected``: the profile's
+    expectations as the gate derived them (then they are not derived again).
 
     Returns the rows and the failure class when the engine died during the probes.
     """
     checker = DeploymentCheck(project, node, deployment, transport,
                               options or HealthOptions())
+    if expected is not None:
+        checker.remember_expectations(profile, expected)
     read = checker.read()
     probes_ok = checker.probe(profile, base_url, since, basic=False)
-    checker.baseline_rows(profile, facts, read,
-                          derive_expectations(profile, node).kv_smaller_than)
+    checker.baseline_rows(profile, facts, read, checker.expectations(profile).kv_smaller_than)
     if probes_ok:
         checker.record(profile, facts, read, release_id, image=True)
     return checker.masked_rows(), checker.failure_class

@@ -157,7 +157,8 @@ class ComposeSshRuntime:
         assert target.profile is not None
         return gate_checks(self.transport, self.node, target.profile, target.deployment,
                            release_id=target.release_id, facts=facts, base_url=base_url,
-                           since=since, project=project, options=options)
+                           since=since, project=project, options=options,
+                           expected=target.gate.expected)
 
     def gpu_reading(self) -> GpuProbeResult:
         """The NVML probe, run by the node's ``python3``."""
