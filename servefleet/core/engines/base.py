@@ -18,6 +18,12 @@ from servefleet.core.bootlog.model import BootFacts
 from servefleet.core.models import LlamaCppSettings, Node, Profile, VllmSettings
 from servefleet.core.models.profile import CudaGraphMode
 
+
+def vllm_settings(profile: Profile) -> VllmSettings:
+    """The ``vllm:`` block of a vLLM profile (vLLM-only code: the KV planner, vLLM rules)."""
+    assert profile.vllm is not None, f"profile {profile.name} runs {profile.engine}, not vLLM"
+    return profile.vllm
+
 FlagPairs = list[tuple[str, str | None]]
 """Flags in order as ``(flag, value)``; ``None``: a flag without a value."""
 

@@ -14,6 +14,7 @@ from servefleet.core.engines.base import (
     flatten,
     opt,
 )
+from servefleet.core.engines.base import vllm_settings as vllm_settings
 from servefleet.core.metrics import parse_vllm_metrics
 from servefleet.core.models import Node, Profile, VllmSettings
 from servefleet.core.models.profile import CudaGraphMode
@@ -31,12 +32,6 @@ OPTIMIZATION_LEVEL_MODES: dict[str, CudaGraphMode] = {
 CUDAGRAPH_MODES: tuple[CudaGraphMode, ...] = (
     "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE",
 )
-
-
-def vllm_settings(profile: Profile) -> VllmSettings:
-    """The ``vllm:`` block of a vLLM profile (vLLM-only code: the KV planner, vLLM rules)."""
-    assert profile.vllm is not None, f"profile {profile.name} runs {profile.engine}, not vLLM"
-    return profile.vllm
 
 
 def _pairs(profile: Profile, settings: VllmSettings, port: int | None) -> FlagPairs:

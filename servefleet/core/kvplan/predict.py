@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servefleet.core.engines import engine_of
 from servefleet.core.engines.vllm import vllm_settings
 from servefleet.core.kvplan.cpu import KV_BYTES_FLAG, explicit_kv_bytes
 from servefleet.core.kvplan.modelconfig import ModelFacts
@@ -108,12 +109,12 @@ def predict(facts: ModelFacts, profile: Profile, node: Node,
     util, max_len, _ = _settings(profile)
     gpu = node.primary_gpu
     total = gpu.cuda_total_gib
-    weights = weights_gib(profile)
+    weights = _weights(profile)
     reserve = None
     if calibration is not None:
         base_util, _, _ = _settings(calibration.profile)
         available = measured_available_gib(facts, calibration)
-        non_kv = total * base_util - weights_gib(calibration.profile) - available
+        non_kv = total * base_util - _weights(calibration.profile) - available
         how = (f"calibrated on {calibration.source}: {calibration.kv_cache_tokens:,} tokens "
                f"→ {available:.2f} GiB KV, {non_kv:.2f} GiB activations/graphs")
         calibrated = True
@@ -162,3 +163,6 @@ def solve_utilization(facts: ModelFacts, profile: Profile, node: Node, *,
     raise ValueError("not reachable below gpu_memory_utilization 1.0")
 
 
+def _weights(profile: Profile) -> float:
+    """Weights per GPU, over the GPUs its engine splits them across."""
+    return weights_gib(profile, engine_of(profile).gpu_count(profile))

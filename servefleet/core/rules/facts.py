@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servefleet.core.engines import engine_of
-from servefleet.core.engines.vllm import vllm_settings
+from servefleet.core.engines.base import vllm_settings
 from servefleet.core.models import Node, Profile
 from servefleet.core.models.profile import CudaGraphMode
 
@@ -459,10 +458,12 @@ TIGHT_KV_SHARE = 0.25
 GIB = 1024**3
 
 
-def weights_gib(profile: Profile) -> float:
-    """Weights per GPU, with MTP heads when MTP is on."""
+def weights_gib(profile: Profile, gpus: int | None) -> float:
+    """Weights per GPU, with MTP heads when MTP is on; ``gpus``: the GPUs the engine splits
+    them over (its engine's ``gpu_count``; ``None``: one). The caller asks the engine: the
+    engines' modules read these facts, so the facts never ask the registry."""
     weights = profile.model.weights_gib or 0.0
     spec = profile.speculative
     if spec is not None and spec.is_mtp:
         weights += MTP_WEIGHTS_GIB
-    return weights / (engine_of(profile).gpu_count(profile) or 1)
+    return weights / (gpus or 1)

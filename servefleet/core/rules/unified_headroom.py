@@ -35,7 +35,7 @@ def _footprint(ctx: PlacementContext) -> tuple[float, float, str] | None:
     # Neighbours without a utilization setting (llama.cpp) are not counted, as before.
     shares = (engine_of(p.profile).gpu_memory_utilization(p.profile) for p in ctx.neighbours)
     others = sum(total * share for share in shares if share is not None)
-    weights = weights_gib(profile)
+    weights = weights_gib(profile, engine_of(profile).gpu_count(profile))
     how = (f"KV planner: {util:g} × {total:g} GiB = {share:.1f} GiB ({weights:.1f} GiB weights "
            f"; activations, CUDA graphs and the KV pool take the rest)"
            + (f" + {others:.1f} GiB for the other engines" if others else ""))
