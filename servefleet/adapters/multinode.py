@@ -301,7 +301,7 @@ class MultiNodeRollout:
             with contextlib.suppress(ServefleetError):
                 rank.rollout.runtime.audit(rank.target.deployment, rank.rollout.audit_line(
                     "deploy", rank.target.deployment, rank.target.release_id, result.status,
-                    detail), timeout=120)
+                    detail))
 
     def _restore(self) -> Restore:
         chosen = {r.index: restore_candidate(r.observed, r.target.release_id)

@@ -13,7 +13,7 @@ import io
 import json
 import tarfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from servefleet.adapters import remote
@@ -82,21 +82,3 @@ def list_releases(transport: SshTransport, deployment: str) -> list[ReleaseInfo]
     result = transport.run(remote.list_releases(transport.node.base_dir, deployment),
                            idempotent=True, what="list releases")
     return parse_releases(result.text())
-
-
-def finish(transport: SshTransport, deployment: str, release_id: str, *, keep: int,
-           protect: Sequence[str], audit_line: str) -> None:
-    """Switch ``current`` to ``release_id``, prune to ``keep`` releases (never those in
-    ``protect``), and append ``audit_line``: one round trip."""
-    base = transport.node.base_dir
-    transport.run(remote.sequence(
-        remote.switch_current(base, deployment, release_id),
-        remote.prune_releases(base, deployment, keep, [release_id, *protect]),
-        remote.append_audit(base, deployment, audit_line),
-    ), idempotent=True, what=f"switch current to {release_id}")
-
-
-def audit(transport: SshTransport, deployment: str, audit_line: str) -> None:
-    """Append one line to the deployment's audit log."""
-    transport.run(remote.append_audit(transport.node.base_dir, deployment, audit_line),
-                  idempotent=False, what="append to the audit log")

@@ -20,6 +20,7 @@ from servefleet.adapters.boot_follow import follow_boot as follow_boot_log
 from servefleet.adapters.gpu_probe import run_probe
 from servefleet.adapters.lock import NodeLock
 from servefleet.adapters.node_health import HealthOptions, gate_checks
+from servefleet.adapters.rollout.runtime import AUDIT_TIMEOUT_SECONDS
 from servefleet.adapters.rollout.target import Target
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bootlog import BootFacts
@@ -186,7 +187,8 @@ class ComposeSshRuntime:
                            idempotent=False, timeout=RECORD_TIMEOUT_SECONDS * 4,
                            what="prune old releases")
 
-    def audit(self, deployment: str, line: str, *, timeout: float) -> None:
+    def audit(self, deployment: str, line: str, *,
+              timeout: float = AUDIT_TIMEOUT_SECONDS) -> None:
         """Append ``line`` to the deployment's audit log."""
         self.transport.run(remote.append_audit(self.node.base_dir, deployment, line),
                            idempotent=False, timeout=timeout, what="append the audit line")

@@ -20,7 +20,7 @@ from servefleet.adapters.rollout.results import (
     ProgressEvent,
     Strategy,
 )
-from servefleet.adapters.rollout.steps import RECORD_TIMEOUT_SECONDS, RolloutHooks
+from servefleet.adapters.rollout.steps import RolloutHooks
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.errors import ConfigError, ServefleetError, ValidationFailed
 from servefleet.core.models import Deployment, Node
@@ -248,8 +248,7 @@ def stop_deployment(project: Project, node: str, deployment: str = "main", *,
         runtime.stop(deployment, what="stop the engine")
         # No audit log when the deployment never got a folder on this node.
         with contextlib.suppress(ServefleetError):
-            runtime.audit(deployment, rollout.audit_line("stop", deployment, None, "ok"),
-                          timeout=RECORD_TIMEOUT_SECONDS * 4)
+            runtime.audit(deployment, rollout.audit_line("stop", deployment, None, "ok"))
 
 
 def deploy_node(project: Project, node: str, deployments: Sequence[Deployment] | None = None,

@@ -199,8 +199,7 @@ class NodeRollout(Recovery):
         """After the switch: prune, then audit; each failure is a warning."""
         kept = [r for r in protect if r]
         steps = (("prune old releases", lambda: self.runtime.prune(deployment, self.keep, kept)),
-                 ("append the audit line", lambda: self.runtime.audit(
-                     deployment, audit_line, timeout=120)))
+                 ("append the audit line", lambda: self.runtime.audit(deployment, audit_line)))
         for what, step in steps:
             try:
                 step()

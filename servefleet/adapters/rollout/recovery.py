@@ -66,8 +66,7 @@ class Recovery(RolloutBase):
         detail += self.gate_record(result, target, result.health, failure.failure_class)
         with contextlib.suppress(ServefleetError):
             self.runtime.audit(target.deployment, self.audit_line(
-                operation, target.deployment, target.release_id, result.status, detail),
-                timeout=RECORD_TIMEOUT_SECONDS * 4)
+                operation, target.deployment, target.release_id, result.status, detail))
 
     def restore(self, result: DeploymentResult, release_id: str) -> Restore:
         """Start ``release_id`` again, gate it, and make it ``current`` when it passes."""

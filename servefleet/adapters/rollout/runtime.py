@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from servefleet.core.project import Project
 
 
+AUDIT_TIMEOUT_SECONDS = 120.0
+"""How long appending one audit line may take before the node counts as lost."""
+
+
 class RuntimeLock(Protocol):
     """A node's lock while a rollout holds it."""
 
@@ -113,7 +117,8 @@ class NodeRuntime(Protocol):
     def prune(self, deployment: str, keep: int, protect: Sequence[str]) -> None:
         """Remove old releases beyond ``keep``, never those in ``protect``."""
 
-    def audit(self, deployment: str, line: str, *, timeout: float) -> None:
+    def audit(self, deployment: str, line: str, *,
+              timeout: float = AUDIT_TIMEOUT_SECONDS) -> None:
         """Append one line to the deployment's audit log."""
 
     def releases(self, deployment: str) -> list[ReleaseInfo]:

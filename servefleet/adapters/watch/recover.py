@@ -18,7 +18,6 @@ from servefleet.core.project import Project
 from servefleet.core.secrets import SecretMask
 from servefleet.core.watch.policy import Decision
 
-AUDIT_TIMEOUT_SECONDS = 120
 MEMORY_POLL_SECONDS = 5.0
 
 
@@ -70,8 +69,7 @@ class Recovery:
                                   clock=self.clock)
             with contextlib.suppress(ServefleetError):
                 runtime.audit(deployment, rollout.audit_line(
-                    "watch", deployment, None, decision.action, decision.reason),
-                    timeout=AUDIT_TIMEOUT_SECONDS)
+                    "watch", deployment, None, decision.action, decision.reason))
             lock, seen = runtime.lock(operation, self.clock.now(), unlock_id=None,
                                       deployments=[deployment])
             rollout.lock = lock
@@ -91,8 +89,7 @@ class Recovery:
         if decision.action == "stop_and_alert":
             runtime.stop(deployment, what="stop the engine")
             runtime.audit(deployment, rollout.audit_line(
-                operation, deployment, observed.current_release, "stopped", decision.reason),
-                timeout=AUDIT_TIMEOUT_SECONDS)
+                operation, deployment, observed.current_release, "stopped", decision.reason))
             return f"stopped {node.name}/{deployment}; deploy to bring it back"
         release = (observed.current_release if decision.action == "restart"
                    else restore_target(observed))
@@ -100,8 +97,7 @@ class Recovery:
             why = f"no release to {'restart' if decision.action == 'restart' else 'fall back to'}"
             with contextlib.suppress(ServefleetError):
                 runtime.audit(deployment, rollout.audit_line(
-                    operation, deployment, observed.current_release, "nothing-to-do", why),
-                    timeout=AUDIT_TIMEOUT_SECONDS)
+                    operation, deployment, observed.current_release, "nothing-to-do", why))
             return f"{node.name}/{deployment}: {why}"
         target = rollout.target_from_manifest(deployment, release,
                                               rollout.manifest_of(deployment, release))
@@ -114,8 +110,7 @@ class Recovery:
                                       self.clock)
             if problem is not None:
                 runtime.audit(deployment, rollout.audit_line(
-                    operation, deployment, release, "memory-not-back", problem),
-                    timeout=AUDIT_TIMEOUT_SECONDS)
+                    operation, deployment, release, "memory-not-back", problem))
                 return f"{node.name}/{deployment}: not restarted, memory not back: {problem}"
         result = rollout.activate(target, observed, operation)
         line = f"{node.name}/{deployment}: {decision.action} {release}: {result.status}"
