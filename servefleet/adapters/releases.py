@@ -66,11 +66,14 @@ def checksum_lines(files: Mapping[str, tuple[bytes, int]]) -> str:
 def upload(transport: SshTransport, rendered: RenderedRelease,
            manifest: Mapping[str, Any], aside: str | None = None) -> bool:
     """Put the release on the node (one command). True when it was sent, False when the
-    node already had it. ``aside``: the release folder on the node was edited there; it is
-    renamed ``<id>.<aside>`` and replaced (see :func:`remote.upload_release`)."""
+    node already had it. ``aside``: a release folder already on the node is replaced unless
+    its rendered files (the manifest aside) are exactly these; the replaced one is renamed
+    ``<id>.<aside>`` (see :func:`remote.upload_release`)."""
     files = release_files(rendered, manifest)
+    content = {path: entry for path, entry in files.items() if path != MANIFEST_FILE}
     command = remote.upload_release(transport.node.base_dir, rendered.deployment,
-                                    rendered.release_id, checksum_lines(files), aside)
+                                    rendered.release_id, checksum_lines(files), aside,
+                                    checksum_lines(content))
     # Safe to repeat on a new connection: a cut upload leaves only a staging folder.
     result = transport.run(command, stdin=tar_bytes(files), timeout=UPLOAD_TIMEOUT_SECONDS,
                            idempotent=True, what=f"upload release {rendered.release_id}")

@@ -312,11 +312,14 @@ def set_lock_state(base_dir: str, owner: str, line: str) -> list[str]:
 
 # -- releases --------------------------------------------------------------------------------
 UPLOAD_SCRIPT = (
-    'dir=$1; id=$2; sums=$3; aside=$4; rel=$1/' + RELEASES + '/$2; '
+    'dir=$1; id=$2; sums=$3; aside=$4; same=${5:-$3}; rel=$1/' + RELEASES + '/$2; '
     # Already there (an earlier upload finished): a release folder is complete by design.
-    # A repair (aside set) replaces it unless it holds exactly these files already: then
-    # it is this repair's own upload, found again by a retry on a new connection.
-    'if [ -d "$rel" ] && { [ -z "$aside" ] || ( cd "$rel" && printf \'%s\\n\' "$sums" '
+    # A replacing upload (aside set) keeps it only when its rendered files are exactly these
+    # (``same``: the sums without the manifest, whose time stamp differs per upload): then it
+    # is this upload's own folder found again by a retry, or an older upload of the same
+    # files and secrets. Otherwise (edited on the node, or written with other secret values)
+    # it is moved aside and replaced.
+    'if [ -d "$rel" ] && { [ -z "$aside" ] || ( cd "$rel" && printf \'%s\\n\' "$same" '
     '| sha256sum -c --quiet --strict - ) >/dev/null 2>&1; }; '
     'then cat >/dev/null; echo present; exit 0; fi; '
     # A folder per attempt (the shell's pid): a retried upload never meets a cut one's
@@ -328,7 +331,7 @@ UPLOAD_SCRIPT = (
     # that every file arrived whole before anything is renamed into releases/.
     "printf '%s\\n' \"$sums\" | sha256sum -c --quiet --strict - "
     '|| { echo "upload incomplete: checksums differ" >&2; rm -rf "$tmp"; exit 1; }; '
-    # The edited folder is kept for forensics (pruned like any old release).
+    # The replaced folder is kept for forensics (pruned like any old release).
     'if [ -n "$aside" ] && [ -d "$rel" ]; then '
     'mv -T "$rel" "$rel.$aside" || { rm -rf "$tmp"; exit 1; }; fi; '
     'mv -T "$tmp" "$rel" && echo uploaded'
@@ -336,16 +339,20 @@ UPLOAD_SCRIPT = (
 
 
 def upload_release(base_dir: str, deployment: str, release_id: str,
-                   checksums: str, aside: str | None = None) -> list[str]:
+                   checksums: str, aside: str | None = None,
+                   content_checksums: str | None = None) -> list[str]:
     """Unpack a tar arriving on stdin into a new ``staging/<id>.<pid>``, check every file
     against ``checksums`` (``sha256sum`` lines), then rename it to ``releases/<id>``.
 
-    ``aside`` (a repair of a release folder edited on the node): an existing
-    ``releases/<id>`` that does not hold exactly these files is renamed to
-    ``releases/<id>.<aside>`` once the upload is checked, and the upload takes its place.
+    ``aside`` (a replacing upload: the folder was edited on the node, or may hold other
+    secret values): an existing ``releases/<id>`` that does not hold exactly the files of
+    ``content_checksums`` (default ``checksums``) is renamed to ``releases/<id>.<aside>``
+    once the upload is checked, and the upload takes its place.
     """
+    extra = [aside, content_checksums] if aside and content_checksums else \
+        [aside] if aside else []
     return _sh(UPLOAD_SCRIPT, deployment_dir(base_dir, deployment), release_id, checksums,
-               *([aside] if aside else []))
+               *extra)
 
 
 SWITCH_SCRIPT = (

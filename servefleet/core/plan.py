@@ -96,10 +96,12 @@ class PlanItem:
     restart: bool = False
     """The engine (re)starts: the container is recreated or started again."""
     upload: bool = False
-    """The desired release is not on the node yet and must be uploaded."""
+    """The desired release is sent to the node (every deploy that starts another release,
+    or repairs the current one)."""
     repair: bool = False
-    """The desired release is current but its folder was edited on the node: the edited
-    folder is moved aside and the rendered files are uploaded again."""
+    """A folder of the desired release is already on the node and may differ from the
+    rendered files (edited there, or written with other secret values): it is moved aside
+    and the rendered files take its place, unless the node finds them identical."""
     flag_diff: FlagDiff = field(default_factory=FlagDiff)
     """Engine flags added, removed and changed (empty when the old command line is unknown
     or identical)."""
@@ -269,7 +271,8 @@ def plan(desired: RenderedRelease, observed: ObservedDeployment | None, *,
         present = observed is not None and desired.release_id in observed.releases
         state = observed.engine_state() if observed is not None else "no container"
         reason = "new deployment" if observed is None else "no current release on the node"
-        return item("create", current_release=None, restart=True, upload=not present,
+        return item("create", current_release=None, restart=True, upload=True,
+                    repair=present,
                     reasons=(reason,), engine_state=state,
                     flag_diff=diff_flags({}, flags_from_argv(desired.engine_argv)))
 
@@ -332,7 +335,12 @@ def plan(desired: RenderedRelease, observed: ObservedDeployment | None, *,
         # Every release labels its container with its id, so a new release always
         # recreates the container: the engine restarts.
         restart=True,
-        upload=desired.release_id not in observed.releases,
+        # A folder of this release already on the node (a rollback's target, or left by an
+        # earlier deploy) may hold other secret values than the stack's, which only the
+        # current release's digests would show: it is sent again and replaced when its
+        # files differ (the node compares checksums; an identical folder is kept).
+        upload=True,
+        repair=desired.release_id in observed.releases,
         flag_diff=flag_diff,
         image_change=image_change,
         changed_files=changed,

@@ -108,8 +108,8 @@ def test_release_lock() -> None:
 def test_upload_release() -> None:
     assert remote.upload_release("/srv/sf", "main", "abc123", "00  a") == [
         "sh", "-c",
-        'dir=$1; id=$2; sums=$3; aside=$4; rel=$1/releases/$2; '
-        'if [ -d "$rel" ] && { [ -z "$aside" ] || ( cd "$rel" && printf \'%s\\n\' "$sums" '
+        'dir=$1; id=$2; sums=$3; aside=$4; same=${5:-$3}; rel=$1/releases/$2; '
+        'if [ -d "$rel" ] && { [ -z "$aside" ] || ( cd "$rel" && printf \'%s\\n\' "$same" '
         '| sha256sum -c --quiet --strict - ) >/dev/null 2>&1; }; '
         'then cat >/dev/null; echo present; exit 0; fi; '
         'tmp=$1/staging/$2.$$; '
@@ -124,6 +124,8 @@ def test_upload_release() -> None:
     ]
     assert remote.upload_release("/srv/sf", "main", "abc123", "00  a", "edited-T")[-1] == \
         "edited-T"
+    assert remote.upload_release("/srv/sf", "main", "abc123", "00  a", "edited-T",
+                                 "11  b")[-2:] == ["edited-T", "11  b"]
 
 
 def test_switch_current() -> None:
@@ -431,6 +433,31 @@ def test_repair_upload_moves_the_edited_folder_aside(tmp_path: Path) -> None:
     assert again.returncode == 0 and again.stdout == b"present\n"
     assert sorted(p.name for p in (tmp_path / "main" / "releases").iterdir()) == [
         "r1", "r1.edited-T1"]
+
+
+def test_replacing_upload_keeps_a_folder_of_the_same_files_and_replaces_other_secrets(
+        tmp_path: Path) -> None:
+    # A folder of the release left by an earlier deploy: its manifest's time stamp differs
+    # from this upload's, which alone never replaces it; another HF_TOKEN value does.
+    base = str(tmp_path)
+    old_manifest = {**FILES, "manifest.json": (b'{"created_at": "earlier"}\n', 0o644)}
+    assert run(remote.upload_release(base, "main", "r1", checksum_lines(old_manifest)),
+               tar_bytes(old_manifest)).returncode == 0
+    content = {p: f for p, f in FILES.items() if p != "manifest.json"}
+    same = run(remote.upload_release(base, "main", "r1", checksum_lines(FILES), "edited-T1",
+                                     checksum_lines(content)), tar_bytes(FILES))
+    assert same.returncode == 0 and same.stdout == b"present\n", same.stderr
+    release = tmp_path / "main" / "releases" / "r1"
+    assert (release / "manifest.json").read_bytes() == b'{"created_at": "earlier"}\n'
+
+    rotated = {**FILES, "engine.env": (b"HF_TOKEN='hf_rotated_value'\n", 0o600)}
+    rotated_content = {p: f for p, f in rotated.items() if p != "manifest.json"}
+    done = run(remote.upload_release(base, "main", "r1", checksum_lines(rotated), "edited-T2",
+                                     checksum_lines(rotated_content)), tar_bytes(rotated))
+    assert done.returncode == 0 and done.stdout == b"uploaded\n", done.stderr
+    assert (release / "engine.env").read_bytes() == b"HF_TOKEN='hf_rotated_value'\n"
+    aside = tmp_path / "main" / "releases" / "r1.edited-T2"
+    assert (aside / "engine.env").read_bytes() == b"HF_TOKEN='hf_secret_value'\n"
 
 
 def test_list_releases_reads_each_manifest(tmp_path: Path) -> None:

@@ -111,7 +111,7 @@ def tree(root: Path) -> dict[str, tuple[int, int, int]]:
 
 
 def deploy_when_free(project: Project, nodes: list[str] | None = None,
-                     **options: Any) -> list[NodeResult]:
+                     secrets: dict[str, str] = SECRETS, **options: Any) -> list[NodeResult]:
     """:func:`deploy`, waiting while another process's rollout holds a node's lock.
 
     On a shared development machine other test sessions roll out to the same simulated
@@ -119,7 +119,7 @@ def deploy_when_free(project: Project, nodes: list[str] | None = None,
     """
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     while True:
-        results = deploy(project, nodes, secrets=SECRETS, **options)
+        results = deploy(project, nodes, secrets=secrets, **options)
         foreign = [r for r in results if r.error_kind == "LockHeld"
                    and f" pid={os.getpid()} " not in (r.error or "")]
         if not foreign or time.monotonic() > deadline:
@@ -211,6 +211,44 @@ def test_switching_one_node_to_mtp_changes_only_that_node(base: Project,
     kv_without = running_facts(base, "sim-spark-1")["kv_cache_tokens"]
     kv_with = dep.health.facts["kv_cache_tokens"]
     assert kv_with < kv_without, (kv_with, kv_without)
+
+
+def engine_env(fleet: FleetHandle, name: str) -> list[str]:
+    """The running engine container's environment, ``NAME=value`` lines."""
+    return fleet.ssh(name, f"docker inspect --format '{{{{range .Config.Env}}}}{{{{println .}}}}"
+                           f"{{{{end}}}}' $(docker ps -q --filter "
+                           f"label=com.docker.compose.project=servefleet-{DEP})"
+                     ).stdout.splitlines()
+
+
+def test_switching_to_a_release_already_on_the_node_takes_the_stack_s_secrets(
+        base: Project, fleet: FleetHandle) -> None:
+    # Release ids never depend on secret values: the folder of the release switched back to
+    # was written with the token of its first deploy. It must not be reused as it is.
+    ensure(base)
+    ensure(base, {**DEFAULT, "sim-spark-2": "qwen36-fp8-mtp"})
+    node = base.nodes["sim-spark-2"]
+    stack = placed(base, DEFAULT)
+    rotated = {"HF_TOKEN": "hf_rotated-between-the-two-deploys"}
+    items, errors = plan_fleet(stack, ["sim-spark-2"], rotated)
+    assert not errors
+    [item] = items
+    assert item.release_id in os.listdir(folder(node) / "releases")
+    assert item.action == "update" and item.upload and item.repair
+
+    [result] = deploy_when_free(stack, ["sim-spark-2"], secrets=rotated)
+    assert result.ok, result.to_json()
+    release = folder(node) / "releases" / str(item.release_id)
+    assert "HF_TOKEN='hf_rotated-between-the-two-deploys'" in \
+        (release / "engine.env").read_text()
+    assert "HF_TOKEN=hf_rotated-between-the-two-deploys" in engine_env(fleet, "sim-spark-2")
+    # The folder it replaced is kept beside it, like an edited one.
+    assert any(name.startswith(f"{item.release_id}.edited-")
+               for name in os.listdir(folder(node) / "releases"))
+
+    # Back to the suite's token: the current release's secrets differ, so it is repaired.
+    ensure(base)
+    assert f"HF_TOKEN={SECRETS['HF_TOKEN']}" in engine_env(fleet, "sim-spark-2")
 
 
 def running_facts(project: Project, node: str) -> dict[str, Any]:
@@ -514,6 +552,7 @@ def test_hand_edited_release_is_put_back_by_the_next_deploy(base: Project,
 
 
 def test_rollback_goes_to_the_previous_release(base: Project, fleet: FleetHandle) -> None:
+    ensure(base)
     ensure(base)
     ensure(base, {**DEFAULT, "sim-spark-2": "qwen36-fp8-mtp"})
     node = base.nodes["sim-spark-2"]

@@ -185,11 +185,23 @@ def test_engine_started_from_another_release_is_not_unchanged(project: Project) 
         f"engine runs release 0123456789ab, not the current {release.release_id}",)
 
 
-def test_release_already_on_the_node_is_not_uploaded_again(project: Project) -> None:
+def test_release_already_on_the_node_is_sent_again_to_replace_it_if_it_differs(
+        project: Project) -> None:
+    # Release ids never depend on secret values, and only the current release's secrets are
+    # digested: a folder of the target release left by an earlier deploy may hold an old
+    # HF_TOKEN. It is sent again as a repair; the node keeps it when its files are the same.
     old = rendered(project, "qwen36-fp8")
     new = rendered(project, "qwen36-fp8-mtp")
     item = plan(new, observed_of(old, extra_releases=(new.release_id,)))
-    assert item.action == "update" and not item.upload
+    assert item.action == "update" and item.upload and item.repair
+
+
+def test_release_not_on_the_node_is_uploaded_without_replacing_anything(
+        project: Project) -> None:
+    old = rendered(project, "qwen36-fp8")
+    new = rendered(project, "qwen36-fp8-mtp")
+    item = plan(new, observed_of(old))
+    assert item.action == "update" and item.upload and not item.repair
 
 
 def test_node_with_releases_but_no_current_is_a_create(project: Project) -> None:
@@ -197,7 +209,7 @@ def test_node_with_releases_but_no_current_is_a_create(project: Project) -> None
     observed = ObservedDeployment(name="main", releases=(release.release_id,))
     item = plan(release, observed)
     assert item.action == "create"
-    assert not item.upload
+    assert item.upload and item.repair
     assert item.reasons == ("no current release on the node",)
 
 
