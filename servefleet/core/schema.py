@@ -92,12 +92,15 @@ def stack_schema() -> dict[str, Any]:
         "type": "object", "additionalProperties": False, "required": ["profile"],
         "properties": {"profile": {**dep["profile"], "type": "string"},
                        "port": {"type": "integer", "minimum": 1, "maximum": 65535,
-                                **_described(Deployment, "port")}},
+                                **_described(Deployment, "port")},
+                       "adopt": {"type": "string",
+                                 "pattern": "^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$",
+                                 **_described(Deployment, "adopt")}},
     }
     profile_name = {"type": "string", "description": "Serving profile (profiles/<name>.yaml)."}
     node_entry: dict[str, Any] = {
         "description": "A profile name (one deployment `main` on the node's first port), or "
-                       "deployment name → profile name or {profile, port}.",
+                       "deployment name → profile name or {profile, port, adopt}.",
         "anyOf": [profile_name, {"type": "object", "additionalProperties": {
             "anyOf": [profile_name, deployment]}}],
     }

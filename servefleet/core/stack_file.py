@@ -62,10 +62,10 @@ def _deployments_from_config(
                     raw.append(({**spec, "node": node, "name": dep_name}, dep_path, False))
                 else:
                     problems.append(f"{source}: {dep_path}: expected a profile name or "
-                                    "{profile, port}")
+                                    "{profile, port, adopt}")
         else:
             problems.append(f"{source}: {node_path}: expected a profile name or a "
-                            "mapping of deployment name → {profile, port}")
+                            "mapping of deployment name → {profile, port, adopt}")
     deployments: list[Deployment] = []
     for values, path, one_line in raw:
         try:

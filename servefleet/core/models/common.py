@@ -73,6 +73,20 @@ def _check_abs_path(value: str) -> str:
     return value
 
 
+CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}\Z")
+"""Docker's own rule for container names (``[a-zA-Z0-9][a-zA-Z0-9_.-]+``), bounded."""
+
+
+def _check_container_name(value: str) -> str:
+    if not CONTAINER_NAME_RE.match(value):
+        raise ValueError(
+            f"{value!r} is not a Docker container name or id: letters, digits, '_', '.' and "
+            "'-', starting with a letter or digit (as `docker ps --format '{{.Names}}'` "
+            "prints it, without a leading '/')"
+        )
+    return value
+
+
 def _check_single_line(value: str) -> str:
     return _check_text(value)
 
@@ -92,6 +106,9 @@ SafeToken = Annotated[str, AfterValidator(_check_safe_token)]
 
 AbsPath = Annotated[str, AfterValidator(_check_abs_path)]
 """An absolute path without '..' or shell metacharacters."""
+
+ContainerName = Annotated[str, AfterValidator(_check_container_name)]
+"""A Docker container's name or id, safe as a shell word."""
 
 SingleLine = Annotated[str, AfterValidator(_check_single_line)]
 """Free text on one line (env values, labels): :data:`Text` under its older name."""

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from servefleet.core.models.common import Name, StrictModel, Text
+from servefleet.core.models.common import ContainerName, Name, StrictModel, Text
 from servefleet.core.models.multinode import MultiNodeDeployment
 from servefleet.core.models.watch import WatchConfig
 
@@ -40,6 +40,11 @@ class Deployment(StrictModel):
     """Serving profile."""
     port: int | None = Field(None, ge=1, le=65535)
     """Port the engine listens on; ``None`` = the node's first port."""
+    adopt: ContainerName | None = None
+    """A container started on the node by hand (``docker run`` or its own Compose project)
+    that serves this deployment before servefleet does: the first deploy takes it over
+    without a restart when it runs exactly the rendered engine (``plan`` says ``adopt``),
+    and replaces it through the gated rollout otherwise. Written by ``servefleet import``."""
 
     @property
     def key(self) -> str:
