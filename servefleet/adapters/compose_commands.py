@@ -1,7 +1,8 @@
 """The engine's commands on a node: Docker Compose of a release folder (build, pull, up),
-and the deployment's containers found by their compose project label (stop, clear, logs,
-state). Like :mod:`servefleet.adapters.remote`, each function returns an argv list and
-runs nothing; values reach scripts only as positional parameters."""
+the deployment's containers found by their compose project label or, adopted, by name
+(stop, clear, logs, state), and taking a hand-started container over (adopt). Like
+:mod:`servefleet.adapters.remote`, each function returns an argv list and runs nothing;
+values reach scripts only as positional parameters."""
 
 from __future__ import annotations
 
@@ -9,10 +10,15 @@ import re
 from collections.abc import Sequence
 
 from servefleet.adapters.remote import (
+    ADOPTED,
+    ADOPTED_SUFFIX,
     COMPOSE_PROJECT_LABEL,
     INSPECT_TEMPLATE,
     _sh,
+    adopted_name,
     compose_project,
+    deployment_dir,
+    deployment_ids,
     release_dir,
 )
 
@@ -85,7 +91,7 @@ def pull(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id:
 
 
 STOP_SCRIPT = (
-    'ids=$(docker ps -q --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
+    'ids=$(' + deployment_ids('$1', running=True) + ') || exit 1; '
     'shift; [ -z "$ids" ] || docker stop "$@" $ids >/dev/null'
 )
 
@@ -101,7 +107,10 @@ def stop(deployment: str, *, grace_seconds: int | None = None) -> list[str]:
 
 CLEAR_SCRIPT = (
     'ids=$(docker ps -aq --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
-    '[ -z "$ids" ] || { docker stop -t "$2" $ids >/dev/null; docker rm -f $ids >/dev/null; }'
+    '[ -z "$ids" ] || { docker stop -t "$2" $ids >/dev/null; docker rm -f $ids >/dev/null; }; '
+    # An adopted container is only stopped: it is the release a rollback may return to.
+    'a=$(docker ps -q --filter "name=^$1' + ADOPTED_SUFFIX + '\\$") || exit 1; '
+    '[ -z "$a" ] || docker stop -t "$2" $a >/dev/null'
 )
 
 
@@ -113,7 +122,9 @@ def clear(deployment: str, *, grace_seconds: int) -> list[str]:
 
 
 LOGS_SCRIPT = (
-    'c=$(docker ps -aq --latest --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
+    # The running engine (compose's or an adopted one), else the newest container.
+    'c=$(' + deployment_ids('$1', running=True) + ') || exit 1; c=$(echo "$c" | head -n 1); '
+    '[ -n "$c" ] || c=$(' + deployment_ids('$1') + ' | head -n 1) || exit 1; '
     '[ -n "$c" ] || { echo "no container for deployment $1" >&2; exit 1; }; '
     'shift; exec docker logs "$@" "$c"'
 )
@@ -136,6 +147,87 @@ def logs(deployment: str, *, follow: bool = False, since: str | None = None,
 def container_state(deployment: str) -> list[str]:
     """The deployment's containers, one :data:`INSPECT_TEMPLATE` line each."""
     return _sh(
-        'ids=$(docker ps -aq --filter "label=' + COMPOSE_PROJECT_LABEL + '=$1") || exit 1; '
+        'ids=$(' + deployment_ids('$1') + ') || exit 1; '
         '[ -z "$ids" ] || docker inspect --format "$2" $ids',
         compose_project(deployment), INSPECT_TEMPLATE)
+
+
+ADOPT_CHECK_SCRIPT = (
+    'cand=$1; new=$2; shift 2; '
+    # The image the release's compose files name, after every override: Compose's own
+    # answer, compared by image id with what the container runs.
+    'want=$("$@" | head -n 1) || exit 1; '
+    "c=$(docker inspect --format '{{.Id}}' \"$new\" 2>/dev/null) || "
+    "c=$(docker inspect --format '{{.Id}}' \"$cand\") || exit 1; "
+    "have=$(docker inspect --format '{{.Image}}' \"$c\") || exit 1; "
+    "wid=$(docker image inspect --format '{{.Id}}' \"$want\" 2>/dev/null) || wid=none; "
+    '[ "$wid" = "$have" ] || { echo "container $cand runs image $have, not the image '
+    'the release names ($want, $wid): not adopted" >&2; exit 1; }'
+)
+
+
+def adopt_check(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
+                compose_files: Sequence[str], container: str) -> list[str]:
+    """Fail unless ``container`` (or the deployment's adopted container, on a retry) runs
+    the image the release's compose files name, by image id."""
+    return _sh(ADOPT_CHECK_SCRIPT, container, compose_project(deployment) + ADOPTED_SUFFIX,
+               *compose(compose_cmd, base_dir, deployment, release_id, compose_files,
+                        "config", "--images"))
+
+
+START_ADOPTED_SCRIPT = "printf 'since=%s\\n' \"$(date +%s.%N)\"; exec docker start \"$1\""
+
+
+def start_adopted(deployment: str) -> list[str]:
+    """``docker start`` of the deployment's adopted container (a rollback to it), after
+    printing ``since=<node epoch>`` as :func:`up` does."""
+    return _sh(START_ADOPTED_SCRIPT, compose_project(deployment) + ADOPTED_SUFFIX)
+
+
+def stop_container(container: str) -> list[str]:
+    """Stop a hand-started container a release replaces, and keep it from starting again
+    with Docker (its restart policy set to ``no``); it is kept, not removed."""
+    return _sh('docker update --restart=no "$1" >/dev/null && docker stop "$1" >/dev/null',
+               container)
+
+
+ADOPT_SCRIPT = (
+    'dir=$1; id=$2; cand=$3; new=$4; tmp=$1/.' + ADOPTED + '.$$; '
+    # Found under its new name first: a retry after the rename on a cut connection.
+    "c=$(docker inspect --format '{{.Id}}' \"$new\" 2>/dev/null) || "
+    "c=$(docker inspect --format '{{.Id}}' \"$cand\") || exit 1; "
+    "[ \"$(docker inspect --format '{{.State.Running}}' \"$c\")\" = true ] || "
+    '{ echo "container $cand is not running: nothing to adopt" >&2; exit 1; }; '
+    '[ "$(docker inspect --format \'{{.Name}}\' "$c")" = "/$new" ] || '
+    'docker rename "$c" "$new" || exit 1; '
+    # `always` would start it again after a reboot even once a later release stopped it,
+    # beside that release's engine on the same port; `unless-stopped` serves the same.
+    "[ \"$(docker inspect --format '{{.HostConfig.RestartPolicy.Name}}' \"$c\")\" != always ] "
+    '|| docker update --restart=unless-stopped "$c" >/dev/null || exit 1; '
+    "printf 'release=%s container=%s name=%s\\n' \"$id\" \"$c\" \"$cand\" > \"$tmp\" && "
+    'mv -f "$tmp" "$dir/' + ADOPTED + '"'
+)
+
+
+def adopt_container(base_dir: str, deployment: str, release_id: str,
+                    container: str) -> list[str]:
+    """Take over the running ``container`` (started by hand) as ``release_id`` without
+    restarting it: rename it ``servefleet-<deployment>-adopted`` (see :data:`ADOPTED_SUFFIX`),
+    make a restart policy of ``always`` ``unless-stopped``, and record it in
+    ``<deployment>/adopted``. Safe to repeat."""
+    return _sh(ADOPT_SCRIPT, deployment_dir(base_dir, deployment), release_id, container,
+               adopted_name(deployment))
+
+
+UNADOPT_SCRIPT = (
+    'dir=$1; name=$2; new=$3; '
+    "c=$(docker inspect --format '{{.Id}}' \"$new\" 2>/dev/null) && "
+    '{ docker rename "$c" "$name" || exit 1; }; rm -f "$dir/' + ADOPTED + '"'
+)
+
+
+def unadopt_container(base_dir: str, deployment: str, name: str) -> list[str]:
+    """Undo :func:`adopt_container` after a failed gate: the container (never stopped)
+    gets its own name back and the record goes. Safe to repeat."""
+    return _sh(UNADOPT_SCRIPT, deployment_dir(base_dir, deployment), name,
+               adopted_name(deployment))

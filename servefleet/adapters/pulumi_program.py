@@ -88,9 +88,10 @@ def stack_secrets(project: Project, config: pulumi.Config) -> dict[str, str]:
     return values
 
 
-def deployment_inputs(rendered: RenderedRelease) -> DeploymentInputs:
+def deployment_inputs(rendered: RenderedRelease, adopt: str | None = None) -> DeploymentInputs:
     """The resource inputs of one rendered deployment (nothing secret in them)."""
     return DeploymentInputs(
+        adopt=adopt,
         profile=rendered.profile,
         port=rendered.port,
         release_id=rendered.release_id,
@@ -104,7 +105,9 @@ def deployment_inputs(rendered: RenderedRelease) -> DeploymentInputs:
 
 def node_args(project: Project, node: str, secrets: Mapping[str, str]) -> NodeDeploymentArgs:
     """Render ``node``'s deployments and build its resource inputs."""
-    releases = render_deployments(project, project.stack.for_node(node), secrets)
+    placed = project.stack.for_node(node)
+    releases = render_deployments(project, placed, secrets)
+    adopted = {d.name: d.adopt for d in placed if d.adopt}
     needed = {name: secrets[name] for name in node_secret_names(project, node)
               if name in secrets}
     return NodeDeploymentArgs(
@@ -113,7 +116,8 @@ def node_args(project: Project, node: str, secrets: Mapping[str, str]) -> NodeDe
         project_dir=str(project.root),
         stack=project.stack.stack,
         strategy=project.stack.strategy,
-        deployments={r.deployment: deployment_inputs(r) for r in releases},
+        deployments={r.deployment: deployment_inputs(r, adopted.get(r.deployment))
+                     for r in releases},
         secrets=pulumi.Output.secret(needed) if needed else None,
         provider_version=PROVIDER_VERSION,
     )

@@ -98,13 +98,19 @@ class DeploymentInputs:
     a preview diff names each flag that changes (``--speculative-config``…)."""
     file_hashes: dict[str, str]
     """sha256 of every release file (``engine.env`` in its secret-hashed form)."""
+    adopt: str | None = None
+    """The hand-started container the first deploy adopts (the stack's ``adopt``)."""
 
     def to_props(self) -> dict[str, Any]:
         """The resource property (camelCase keys, as Pulumi shows them)."""
-        return {"profile": self.profile, "port": self.port, "releaseId": self.release_id,
-                "engine": self.engine, "image": self.image,
-                "engineFlags": flags_property(self.engine_flags),
-                "fileHashes": dict(self.file_hashes)}
+        props = {"profile": self.profile, "port": self.port, "releaseId": self.release_id,
+                 "engine": self.engine, "image": self.image,
+                 "engineFlags": flags_property(self.engine_flags),
+                 "fileHashes": dict(self.file_hashes)}
+        if self.adopt:
+            # Only when set: a stack without adoption keeps the properties it had.
+            props["adopt"] = self.adopt
+        return props
 
 
 @dataclass(frozen=True)
@@ -256,7 +262,7 @@ def _placed(props: Mapping[str, Any]) -> list[Deployment]:
     """The deployments the resource places on its node (the stack file may say more)."""
     node = str(props["node"])
     return [Deployment(node=node, name=name, profile=str(dep["profile"]),
-                       port=_int(dep.get("port")))
+                       port=_int(dep.get("port")), adopt=dep.get("adopt") or None)
             for name, dep in _deployments(props).items()]
 
 

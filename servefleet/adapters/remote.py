@@ -21,6 +21,9 @@ Layout on a node (``base`` is the inventory's ``base_dir``)::
         last-good -> releases/<id>  the last release whose engine passed its health gate
         gated                       ``release=<id> started=<StartedAt> at=<time>``: the
                                     engine that passed; a container started since is ungated
+        adopted                     ``release=<id> container=<id> name=<name>``: a container
+                                    started by hand, taken over without a restart as that
+                                    release (renamed ``servefleet-<deployment>-adopted``)
         staging/<id>.<pid>/         uploads land here, then are renamed into releases/
         audit.log                   one tab-separated line per action
 
@@ -33,7 +36,7 @@ been checked.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 
 from servefleet.core.baselines import BASELINE_FILE
@@ -52,6 +55,7 @@ RELEASES = "releases"
 
 LAST_GOOD = "last-good"
 GATED = "gated"
+ADOPTED = "adopted"
 LOCK_STATE_FILE = "state"
 LOCK_TAKEN_OVER = "took-over-abandoned-lock"
 """First line of the lock command's output when it replaced a lock its holder abandoned."""
@@ -64,14 +68,21 @@ PROJECT_PREFIX = "servefleet-"
 own compose project called ``main`` is never stopped, and ``--remove-orphans`` never
 removes its containers."""
 
+ADOPTED_SUFFIX = "-adopted"
+"""An adopted container is renamed ``servefleet-<deployment>-adopted``: its labels cannot
+change while it runs, its name can, so every command finds it by name beside the compose
+project's containers found by label."""
+
 # One JSON object per container; only the fields servefleet reads, so that nothing else
-# (the environment holds secrets) ever leaves the node.
+# (the environment holds secrets) ever leaves the node. `index` rather than a field path:
+# a container without a healthcheck has no State.Health, and a path to it is an error.
 INSPECT_TEMPLATE = (
     '{"name":{{json .Name}},"status":{{json .State.Status}},'
     '"exit_code":{{json .State.ExitCode}},"oom_killed":{{json .State.OOMKilled}},'
     '"restart_count":{{json .RestartCount}},"started_at":{{json .State.StartedAt}},'
     '"image":{{json .Config.Image}},"labels":{{json .Config.Labels}},'
-    '"health":{{if .State.Health}}{{json .State.Health.Status}}{{else}}null{{end}}}'
+    '"id":{{json .Id}},"command":{{json .Config.Cmd}},'
+    '"health":{{if index .State "Health"}}{{json .State.Health.Status}}{{else}}null{{end}}}'
 )
 
 
@@ -88,6 +99,20 @@ def release_dir(base_dir: str, deployment: str, release_id: str) -> str:
 def compose_project(deployment: str) -> str:
     """The compose project name of a deployment: ``servefleet-<deployment>``."""
     return PROJECT_PREFIX + deployment
+
+
+def adopted_name(deployment: str) -> str:
+    """The name an adopted container gets: ``servefleet-<deployment>-adopted``."""
+    return compose_project(deployment) + ADOPTED_SUFFIX
+
+
+def deployment_ids(project: str, *, running: bool = False) -> str:
+    """Shell: the ids of a deployment's containers, given its compose project (a shell
+    word such as ``"$1"``): the project's, by label, then an adopted one, by name. Running
+    ones only with ``running``."""
+    ps = "docker ps -q" if running else "docker ps -aq"
+    return ("{ " + ps + ' --filter "label=' + COMPOSE_PROJECT_LABEL + '=' + project + '" && '
+            + ps + ' --filter "name=^' + project + ADOPTED_SUFFIX + '\\$"; }')
 
 
 def _sh(script: str, *args: str) -> list[str]:
@@ -148,20 +173,30 @@ _SECRETS_BODY = (
 )
 
 
+# A container the stack says to adopt (``<deployment>/<container>`` arguments), read while
+# the deployment has no current release: the plan compares it with the rendered engine.
+_CANDIDATE_BODY = (
+    '[ -z "$a" ] || [ -e "$dir/' + CURRENT + '" ] || '
+    '{ c=$(docker inspect --format "$fmt" "$a" 2>/dev/null) && '
+    "printf '@@candidate\\n%s\\n' \"$c\"; }; "
+)
+
 _OBSERVE_BODY = (
-    'for d in "$@"; do '
+    'for arg in "$@"; do '
+    'd=${arg%%/*}; a=; case $arg in */*) a=${arg#*/};; esac; '
     'dir=$base/$d; '
     "printf '@@deployment %s\\n' \"$d\"; "
-    "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; continue; fi; "
+    "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; " + _CANDIDATE_BODY + "continue; fi; "
     "printf '@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
     "printf '@@releases\\n'; ls -1 \"$dir/releases\" 2>/dev/null; "
     "printf '@@previous\\n'; readlink \"$dir/" + PREVIOUS + "\" 2>/dev/null; "
     "printf '@@last-good\\n'; readlink \"$dir/" + LAST_GOOD + "\" 2>/dev/null; "
     "printf '@@gated\\n'; cat \"$dir/" + GATED + "\" 2>/dev/null; "
+    "printf '@@adopted\\n'; cat \"$dir/" + ADOPTED + "\" 2>/dev/null; "
     "printf '@@manifest\\n'; cat \"$dir/current/" + MANIFEST_FILE + "\" 2>/dev/null; echo; "
-    + _FILES_BODY + _SECRETS_BODY +
-    "if ids=$(docker ps -aq --filter \"label=" + COMPOSE_PROJECT_LABEL + "=" + PROJECT_PREFIX
-    + "$d\" 2>&1); then "
+    + _FILES_BODY + _SECRETS_BODY + _CANDIDATE_BODY +
+    "p=" + PROJECT_PREFIX + "$d; "
+    "if ids=$(" + deployment_ids('$p') + " 2>&1); then "
     "printf '@@containers\\n'; "
     "[ -z \"$ids\" ] || docker inspect --format \"$fmt\" $ids 2>&1; "
     "else printf '@@docker-error\\n%s\\n' \"$ids\"; fi; "
@@ -179,16 +214,20 @@ OBSERVE_SCRIPT = (
 )
 
 
-def observe(base_dir: str, deployments: Sequence[str], *, key: str = "") -> list[str]:
+def observe(base_dir: str, deployments: Sequence[str], *, key: str = "",
+            candidates: Mapping[str, str] | None = None) -> list[str]:
     """Read-only: the lock owner, the node's KV baselines, then per deployment ``current``,
     the release folders, the current manifest, the sha256 of the current release's files
     and the compose project's containers (state, exit code, restart count, the release
     folder each was started from); with ``key`` (random, one per call) also the keyed
     digests of the secret values in the current ``engine.env`` (see
-    :func:`keyed_env_program`). Parsed by
+    :func:`keyed_env_program`). ``candidates``: deployment → a container to adopt (the
+    stack's ``adopt``), inspected while the deployment has no current release. Parsed by
     :func:`servefleet.core.observed.parse_observation`."""
+    adopt = candidates or {}
+    args = [f"{d}/{adopt[d]}" if adopt.get(d) else d for d in deployments]
     return _sh(OBSERVE_SCRIPT, base_dir, INSPECT_TEMPLATE, env_hasher_program(),
-               keyed_env_program(), key, *deployments)
+               keyed_env_program(), key, *args)
 
 
 RELEASES_SCRIPT = (
@@ -392,7 +431,7 @@ def prune_releases(base_dir: str, deployment: str, keep: int,
 
 GATE_MARK_SCRIPT = (
     'dir=$1; id=$2; at=$3; tmp=$1/.gated.$$; '
-    'c=$(docker ps -q --latest --filter "label=' + COMPOSE_PROJECT_LABEL + '=$4") || exit 1; '
+    'c=$(' + deployment_ids('$4', running=True) + ') || exit 1; c=$(echo "$c" | head -n 1); '
     '[ -n "$c" ] || { echo "no running engine to mark as gated" >&2; exit 1; }; '
     "started=$(docker inspect --format '{{.State.StartedAt}}' \"$c\") || exit 1; "
     "line=$(printf 'release=%s started=%s at=%s' \"$id\" \"$started\" \"$at\"); "

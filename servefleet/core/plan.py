@@ -17,6 +17,11 @@ Actions:
   repaired the same way, into a new release folder of the same configuration.
 * ``unchanged``: the desired release is current and its engine runs, gated. A deploy then
   writes nothing at all on the node.
+* ``adopt``: the deployment has no current release, and the container the stack names in
+  ``adopt`` (started by hand) runs exactly the rendered engine command line: a deploy
+  uploads the release, takes the container over as it (renamed, never restarted), gates it
+  and switches ``current``. One that runs other flags is a ``create`` that stops it (kept,
+  not removed) and starts the release in its place.
 
 An engine that runs without a passed gate (no ``gated`` mark for its container: a rollout
 was interrupted while it booted, or Docker restarted it since) is never ``unchanged``: the
@@ -31,12 +36,12 @@ from typing import Any, Literal
 
 from servefleet.core.envdigest import keyed_value_digests
 from servefleet.core.lockinfo import LockInfo
-from servefleet.core.observed import ObservedDeployment
+from servefleet.core.observed import ObservedContainer, ObservedDeployment
 from servefleet.core.render import FlagDiff, RenderedRelease, diff_flags
 from servefleet.core.render.engine_args import MODEL_FLAG
 from servefleet.core.render.layout import ENV_FILE
 
-Action = Literal["unchanged", "update", "create"]
+Action = Literal["unchanged", "update", "create", "adopt"]
 
 
 def _is_flag(token: str) -> bool:
@@ -118,6 +123,9 @@ class PlanItem:
     recorded phase, an ungated engine), see :func:`recovery_notes`."""
     secrets_changed: tuple[str, ...] = ()
     """Secret variables whose value on the node differs from the one given (names only)."""
+    adopt_container: str | None = None
+    """The container started by hand that the deploy adopts (``adopt``) or stops in
+    favour of the release (``create``)."""
     node_baselines: str | None = field(default=None, repr=False, compare=False)
     """The node's KV baselines file as observed (for the planner's calibration)."""
 
@@ -167,6 +175,7 @@ class PlanItem:
             "engine_state": self.engine_state,
             "recovery": list(self.recovery),
             "secrets_changed": list(self.secrets_changed),
+            "adopt_container": self.adopt_container,
         }
 
 
@@ -267,6 +276,9 @@ def plan(desired: RenderedRelease, observed: ObservedDeployment | None, *,
         return PlanItem(node=desired.node, deployment=desired.deployment, action=action,
                         release_id=desired.release_id, profile=desired.profile, **details)
 
+    if observed is not None and observed.current_release is None \
+            and observed.adopt_candidate is not None and observed.adopt_candidate.running:
+        return _adopt_item(desired, observed, observed.adopt_candidate, item)
     if observed is None or observed.current_release is None:
         present = observed is not None and desired.release_id in observed.releases
         state = observed.engine_state() if observed is not None else "no container"
@@ -347,3 +359,44 @@ def plan(desired: RenderedRelease, observed: ObservedDeployment | None, *,
         reasons=tuple(reasons),
         engine_state=state,
     )
+
+
+ENTRYPOINT_WORDS_IN_COMMAND = 3
+"""At most this many words of a multi-word entrypoint may lead a hand-started container's
+command: ``docker run --entrypoint`` takes one word, the rest comes first in the command
+(``--entrypoint python3 IMAGE /opt/wrapper.py vllm MODEL --flags…``)."""
+
+
+def runs_engine_flags(command: tuple[str, ...] | list[str],
+                      engine_argv: tuple[str, ...] | list[str]) -> bool:
+    """Whether a container's command runs exactly the engine flags of ``engine_argv``, in
+    any order and after at most :data:`ENTRYPOINT_WORDS_IN_COMMAND` leading entrypoint
+    words (a hand-started engine's flags are rarely in servefleet's order)."""
+    want = flags_from_argv(engine_argv)
+    words = list(command)
+    return any(flags_from_argv(words[skip:]) == want
+               for skip in range(min(ENTRYPOINT_WORDS_IN_COMMAND, len(words)) + 1))
+
+
+def _adopt_item(desired: RenderedRelease, observed: ObservedDeployment,
+                container: ObservedContainer, item: Any) -> PlanItem:
+    """``adopt`` when the hand-started ``container`` runs the rendered engine command line
+    (the image is checked on the node, against ``docker compose config``, before it is
+    taken over); else a ``create`` that stops it and starts the release instead."""
+    want = flags_from_argv(desired.engine_argv)
+    have = flags_from_argv(container.command) if container.command is not None else None
+    present = desired.release_id in observed.releases
+    if container.command is not None and runs_engine_flags(container.command,
+                                                           desired.engine_argv):
+        return item("adopt", current_release=None, restart=False, upload=True,
+                    repair=present, adopt_container=container.name, engine_state="running",
+                    reasons=(f"container {container.name} (started by hand) runs the "
+                             "rendered engine: taken over without a restart",))
+    diff = diff_flags(have or {}, want)
+    why = ("its command line could not be read" if have is None
+           else "it runs other engine flags")
+    return item("create", current_release=None, restart=True, upload=True, repair=present,
+                adopt_container=container.name, engine_state="running", flag_diff=diff,
+                reasons=(f"container {container.name} (started by hand) is not adopted: {why}; "
+                         "it is stopped (kept, not removed) and the release started in "
+                         "its place",))

@@ -164,8 +164,10 @@ class FleetHandle:
         ``base_dir``. What a test deploys is gone before it starts and after it ends."""
         for name in nodes if nodes is not None else self.nodes:
             folder = f"{project.nodes[name].base_dir}/{deployment}"
+            # An adopted container (started by hand, taken over) is found by its name.
             self.ssh(name, "ids=$(docker ps -aq --filter label=com.docker.compose.project="
-                           f"{shlex.quote('servefleet-' + deployment)}); "
+                           f"{shlex.quote('servefleet-' + deployment)}; docker ps -aq --filter "
+                           f"name={shlex.quote('^servefleet-' + deployment + '-adopted$')}); "
                            "[ -z \"$ids\" ] || docker rm -f $ids >/dev/null; "
                            f"rm -rf {shlex.quote(folder)}", check=check)
 

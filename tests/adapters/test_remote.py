@@ -22,7 +22,8 @@ INSPECT = (
     '"exit_code":{{json .State.ExitCode}},"oom_killed":{{json .State.OOMKilled}},'
     '"restart_count":{{json .RestartCount}},"started_at":{{json .State.StartedAt}},'
     '"image":{{json .Config.Image}},"labels":{{json .Config.Labels}},'
-    '"health":{{if .State.Health}}{{json .State.Health.Status}}{{else}}null{{end}}}'
+    '"id":{{json .Id}},"command":{{json .Config.Cmd}},'
+    '"health":{{if index .State "Health"}}{{json .State.Health.Status}}{{else}}null{{end}}}'
 )
 
 
@@ -34,20 +35,27 @@ def test_observe() -> None:
         "printf '@@servefleet-observe 1\\n@@lock\\n'; "
         'cat "$base/.servefleet-lock/owner" "$base/.servefleet-lock/state" 2>/dev/null; '
         "printf '@@baselines\\n'; cat \"$base/.servefleet-baselines.json\" 2>/dev/null; echo; "
-        'for d in "$@"; do dir=$base/$d; printf \'@@deployment %s\\n\' "$d"; '
-        "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; continue; fi; "
+        'for arg in "$@"; do d=${arg%%/*}; a=; case $arg in */*) a=${arg#*/};; esac; '
+        'dir=$base/$d; printf \'@@deployment %s\\n\' "$d"; '
+        "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; " + remote._CANDIDATE_BODY
+        + "continue; fi; "
         "printf '@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
         "printf '@@releases\\n'; ls -1 \"$dir/releases\" 2>/dev/null; "
         "printf '@@previous\\n'; readlink \"$dir/previous\" 2>/dev/null; "
         "printf '@@last-good\\n'; readlink \"$dir/last-good\" 2>/dev/null; "
         "printf '@@gated\\n'; cat \"$dir/gated\" 2>/dev/null; "
+        "printf '@@adopted\\n'; cat \"$dir/adopted\" 2>/dev/null; "
         "printf '@@manifest\\n'; cat \"$dir/current/manifest.json\" 2>/dev/null; echo; "
         + remote._FILES_BODY +
         'if [ -n "$key" ] && [ -r "$dir/current/engine.env" ]; then '
         "printf '@@secret-digests\\n'; SERVEFLEET_OBSERVE_KEY=$key python3 -S -c \"$keyed\" "
         "< \"$dir/current/engine.env\" 2>/dev/null || printf 'unreadable\\n'; fi; "
-        'if ids=$(docker ps -aq --filter "label=com.docker.compose.project=servefleet-$d" '
-        '2>&1); then '
+        '[ -z "$a" ] || [ -e "$dir/current" ] || '
+        '{ c=$(docker inspect --format "$fmt" "$a" 2>/dev/null) && '
+        "printf '@@candidate\\n%s\\n' \"$c\"; }; "
+        'p=servefleet-$d; '
+        'if ids=$({ docker ps -aq --filter "label=com.docker.compose.project=$p" && '
+        'docker ps -aq --filter "name=^$p-adopted\\$"; } 2>&1); then '
         "printf '@@containers\\n'; "
         '[ -z "$ids" ] || docker inspect --format "$fmt" $ids 2>&1; '
         "else printf '@@docker-error\\n%s\\n' \"$ids\"; fi; done; printf '@@end\\n'",
@@ -175,7 +183,11 @@ def test_up() -> None:
 
 
 def test_stop() -> None:
-    script = ('ids=$(docker ps -q --filter "label=com.docker.compose.project=$1") || exit 1; '
+    # The compose project's running containers by label, and an adopted one by name.
+    ids = ('{ docker ps -q --filter "label=com.docker.compose.project=$1" && '
+           'docker ps -q --filter "name=^$1-adopted\\$"; }')
+    assert remote.deployment_ids("$1", running=True) == ids
+    script = ('ids=$(' + ids + ') || exit 1; '
               'shift; [ -z "$ids" ] || docker stop "$@" $ids >/dev/null')
     assert compose_commands.stop("main") == ["sh", "-c", script, "sh", "servefleet-main"]
     assert compose_commands.stop("main", grace_seconds=5) == [
@@ -183,9 +195,12 @@ def test_stop() -> None:
 
 
 def test_logs() -> None:
+    # The running engine first (compose's or an adopted one), else the newest container.
     script = (
-        'c=$(docker ps -aq --latest --filter "label=com.docker.compose.project=$1") '
-        '|| exit 1; [ -n "$c" ] || { echo "no container for deployment $1" >&2; exit 1; }; '
+        'c=$(' + remote.deployment_ids("$1", running=True) + ') || exit 1; '
+        'c=$(echo "$c" | head -n 1); '
+        '[ -n "$c" ] || c=$(' + remote.deployment_ids("$1") + ' | head -n 1) || exit 1; '
+        '[ -n "$c" ] || { echo "no container for deployment $1" >&2; exit 1; }; '
         'shift; exec docker logs "$@" "$c"'
     )
     assert compose_commands.logs("main", follow=True, since="1700000000") == [
@@ -197,7 +212,7 @@ def test_logs() -> None:
 def test_container_state() -> None:
     assert compose_commands.container_state("main") == [
         "sh", "-c",
-        'ids=$(docker ps -aq --filter "label=com.docker.compose.project=$1") || exit 1; '
+        'ids=$(' + remote.deployment_ids("$1") + ') || exit 1; '
         '[ -z "$ids" ] || docker inspect --format "$2" $ids',
         "sh", "servefleet-main", INSPECT]
 

@@ -29,8 +29,9 @@ from servefleet.adapters.drift_collect.collector_pure import (
 )
 
 __all__ = [  # the program's names
-    "COMPOSE_PROJECT_LABEL", "MAX_FILE_BYTES", "NEVER_STARTED", "PROJECT_PREFIX", "READ_BYTES",
-    "SCHEMA_VERSION", "Child", "Deadline", "boot_log_result", "collect_docker",
+    "ADOPTED_SUFFIX", "COMPOSE_PROJECT_LABEL", "MAX_FILE_BYTES", "NEVER_STARTED",
+    "PROJECT_PREFIX", "READ_BYTES", "SCHEMA_VERSION", "Child", "Deadline", "boot_log_result",
+    "collect_docker",
     "container_facts", "env_digests", "hashed_env_list", "hashed_env_text", "json_dumps",
     "json_loads", "main", "marker_result", "pick_container", "read_json_file", "read_release",
     "resolve_ref", "run", "run_probe", "sha256_hex", "value_digest",
@@ -47,6 +48,7 @@ import zlib
 SCHEMA_VERSION = 1
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 PROJECT_PREFIX = "servefleet-"
+ADOPTED_SUFFIX = "-adopted"
 NEVER_STARTED = "0001-01-01T00:00:00Z"
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
@@ -62,11 +64,14 @@ def read_release(deployment_dir: str, env_file: str, manifest_file: str) -> dict
     if not result["present"]:
         return result
     # The gate mark (``release=<id> started=<StartedAt> at=<time>``): which engine passed.
-    try:
-        with open(deployment_dir + "/gated", encoding="utf-8", errors="replace") as handle:
-            result["gated"] = handle.read(4096)
-    except OSError:
-        result["gated"] = None
+    # The adopted record (``release=<id> container=<id> name=<name>``), when one was.
+    for record in ("gated", "adopted"):
+        try:
+            with open(deployment_dir + "/" + record, encoding="utf-8",
+                      errors="replace") as handle:
+                result[record] = handle.read(4096)
+        except OSError:
+            result[record] = None
     try:
         target = os.readlink(deployment_dir + "/current")
     except OSError:
@@ -177,6 +182,17 @@ def collect_docker(request: dict[str, Any]) -> dict[str, Any]:
         # servefleet's compose projects are servefleet-<deployment> (remote.PROJECT_PREFIX);
         # an operator's own project named after a deployment is not ours.
         name = project[len(PROJECT_PREFIX):] if project.startswith(PROJECT_PREFIX) else None
+        if name in ids and cid:
+            ids[name].append(cid)
+    # An adopted container (started by hand) is found by the name it was given.
+    status, out, err = run([*docker, "ps", "-a", "--no-trunc", "--filter",
+                            "name=" + ADOPTED_SUFFIX, "--format", "{{.ID}}\t{{.Names}}"])
+    if status != 0:
+        return {"error": err or f"docker ps failed (exit {status})", "deployments": {}}
+    for line in out.decode("utf-8", "replace").splitlines():
+        cid, _, cname = line.partition("\t")
+        name = cname[len(PROJECT_PREFIX):-len(ADOPTED_SUFFIX)] \
+            if cname.startswith(PROJECT_PREFIX) and cname.endswith(ADOPTED_SUFFIX) else None
         if name in ids and cid:
             ids[name].append(cid)
     wanted = [cid for name in names for cid in ids[name]]

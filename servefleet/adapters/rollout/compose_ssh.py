@@ -67,18 +67,22 @@ class ComposeSshRuntime:
         except ValueError as error:
             raise RemoteError(self.node.name, f"observe: {error}") from None
 
-    def observe(self, deployments: Sequence[str], *, key: str = "") -> ObservedNode:
+    def observe(self, deployments: Sequence[str], *, key: str = "",
+                candidates: Mapping[str, str] | None = None) -> ObservedNode:
         """One read-only command (retried once after a dropped connection)."""
-        result = self.transport.run(remote.observe(self.node.base_dir, deployments, key=key),
+        result = self.transport.run(remote.observe(self.node.base_dir, deployments, key=key,
+                                                   candidates=candidates),
                                     idempotent=True, what="observe the node")
         return self._parse(result.text())
 
     def lock(self, operation: str, now: datetime, *, unlock_id: str | None,
-             deployments: Sequence[str], key: str = "") -> tuple[NodeLock, ObservedNode]:
+             deployments: Sequence[str], key: str = "",
+             candidates: Mapping[str, str] | None = None) -> tuple[NodeLock, ObservedNode]:
         """Take the lock and observe in the same round trip: another rollout may have
         finished between a first look and the lock."""
         lock = NodeLock(self.transport, operation, now, unlock_id=unlock_id)
-        text = lock.acquire(remote.observe(self.node.base_dir, deployments, key=key))
+        text = lock.acquire(remote.observe(self.node.base_dir, deployments, key=key,
+                                           candidates=candidates))
         try:
             return lock, self._parse(text)
         except RemoteError:
@@ -102,6 +106,9 @@ class ComposeSshRuntime:
                             f"{self.node.base_dir} (need {MIN_FREE_DISK_BYTES / 2**30:.0f} GiB)")
         own_port = observed is not None and observed.running and \
             int((observed.manifest or {}).get("port") or -1) == target.port
+        # A hand-started container the release replaces holds the port until the stop.
+        own_port = own_port or (observed is not None and observed.adopt_candidate is not None
+                                and observed.adopt_candidate.running)
         if facts.port_in_use and not own_port:
             problems.append(f"port {target.port} is already in use by another process")
         return problems
@@ -137,12 +144,34 @@ class ComposeSshRuntime:
                            what="clear the deployment's containers")
 
     def start(self, target: Target) -> str:
-        """``up -d`` of the release folder; the node's time when it started."""
-        done = self.transport.run(
+        """``up -d`` of the release folder (``docker start`` of an adopted container); the
+        node's time when it started."""
+        argv = compose_commands.start_adopted(target.deployment) if target.adopted else \
             compose_commands.up(self.compose_cmd, self.node.base_dir, target.deployment,
-                      target.release_id, target.compose_files),
-            timeout=UP_TIMEOUT_SECONDS, idempotent=False, what="start the engine")
+                                target.release_id, target.compose_files)
+        done = self.transport.run(argv, timeout=UP_TIMEOUT_SECONDS, idempotent=False,
+                                  what="start the engine")
         return compose_commands.parse_since(done.text())
+
+    def adopt(self, target: Target, container: str) -> None:
+        """Check the container's image against Compose's, then rename and record it."""
+        self.transport.run(compose_commands.adopt_check(
+            self.compose_cmd, self.node.base_dir, target.deployment, target.release_id,
+            target.compose_files, container), idempotent=True, what="compare the images")
+        self.transport.run(compose_commands.adopt_container(self.node.base_dir, target.deployment,
+                                                  target.release_id, container),
+                           idempotent=True, what=f"adopt container {container}")
+
+    def unadopt(self, deployment: str, container: str) -> None:
+        """Rename the adopted container back and drop the record."""
+        argv = compose_commands.unadopt_container(self.node.base_dir, deployment, container)
+        self.transport.run(argv, idempotent=True,
+                           what=f"give container {container} its name back")
+
+    def stop_container(self, container: str) -> None:
+        """``docker stop`` of a hand-started container (restart policy ``no``)."""
+        self.transport.run(compose_commands.stop_container(container),
+                           timeout=STOP_TIMEOUT_SECONDS, what=f"stop container {container}")
 
     def follow_boot(self, target: Target, since: str, *, deadline: float,
                     clock: Callable[[], float],

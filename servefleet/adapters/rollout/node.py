@@ -41,7 +41,13 @@ class NodeRollout(Recovery):
     def observe(self, deployments: Sequence[str]) -> ObservedNode:
         """Read-only: the lock and the deployments' facts."""
         self.observe_key = token_hex(32)
-        return self.runtime.observe(deployments, key=self.observe_key)
+        return self.runtime.observe(deployments, key=self.observe_key,
+                                    candidates=self.adopt_candidates())
+
+    def adopt_candidates(self) -> dict[str, str]:
+        """Deployment → the hand-started container the stack says it adopts."""
+        return {d.name: d.adopt for d in self.project.stack.for_node(self.node.name)
+                if d.adopt}
 
     def plan(self, releases: Sequence[RenderedRelease]) -> tuple[ObservedNode, list[PlanItem]]:
         """Observe and plan (read-only)."""
@@ -70,7 +76,8 @@ class NodeRollout(Recovery):
         self.observe_key = token_hex(32)
         lock, observed = self.runtime.lock(
             "deploy", self.clock.now(), unlock_id=self.unlock_id,
-            deployments=[r.deployment for r in releases], key=self.observe_key)
+            deployments=[r.deployment for r in releases], key=self.observe_key,
+            candidates=self.adopt_candidates())
         self.lock = lock
         try:
             if lock.taken_over is not None:
@@ -92,7 +99,11 @@ class NodeRollout(Recovery):
                             "interrupted")))
                     continue
                 target = self.target_for(rendered, deployments[rendered.deployment])
-                deployed = self.activate(target, dep, "deploy", item)
+                if item.action == "adopt":
+                    deployed = self.adopt(dataclasses.replace(
+                        target, adopted=item.adopt_container), item)
+                else:
+                    deployed = self.activate(target, dep, "deploy", item)
                 result.deployments.append(deployed)
                 if deployed.status == "interrupted":
                     break
@@ -147,6 +158,8 @@ class NodeRollout(Recovery):
                     touched = True
                     if observed is not None and observed.containers:
                         self.runtime.stop(target.deployment)
+                    if item is not None and item.adopt_container:
+                        self.runtime.stop_container(item.adopt_container)
                 with self.phase(result, "gpu"):
                     self.gpu_check(target)
                 started = True
@@ -174,6 +187,38 @@ class NodeRollout(Recovery):
             else:
                 self.give_up(result, target, operation, "interrupted (SIGINT) while "
                              "recovering", started)
+        return result
+
+    def adopt(self, target: Target, item: PlanItem) -> DeploymentResult:
+        """Take a hand-started engine over as ``target`` without restarting it: upload the
+        release, check the container's image and take it over (renamed), gate it as it
+        runs, then switch ``current``. A failed gate gives the container its name back:
+        it serves throughout, as before."""
+        assert target.adopted is not None
+        result = DeploymentResult(self.node.name, target.deployment, "failed",
+                                  target.release_id, None, plan=item)
+        adopted = False
+        try:
+            with self.phase(result, "upload"):
+                self.upload(target, repair=item.repair)
+            with self.phase(result, "adopt"):
+                self.runtime.adopt(target, target.adopted)
+                adopted = True
+            deadline = self.clock.monotonic() + target.gate.boot_deadline_seconds
+            report = self.gate(result, target, "0", deadline)
+            result.health = report
+            if not report.ok:
+                raise StepFailed("health", report.summary(), report.failure_class,
+                                 report.evidence())
+            self.commit(result, target, "adopt", None, report)
+        except StepFailed as failed:
+            result.failure = failed.failure
+            if adopted:
+                try:
+                    self.runtime.unadopt(target.deployment, target.adopted)
+                except ServefleetError as error:
+                    result.warnings.append(f"container {target.adopted} keeps the name "
+                                           f"it was adopted under: {error}")
         return result
 
     def commit(self, result: DeploymentResult, target: Target, operation: str,
@@ -216,6 +261,9 @@ class NodeRollout(Recovery):
         manifest = manifest_for(target.rendered, target.deployment_model,
                                 created_at=now, created_by=whoami())
         manifest["boot_deadline_seconds"] = target.gate.boot_deadline_seconds
+        if target.adopted is not None:
+            # The release is the container started by hand: a rollback to it starts it.
+            manifest["adopted"] = {"container": target.adopted}
         aside = f"edited-{now.astimezone(UTC):%Y%m%dT%H%M%SZ}" if repair else None
         self.runtime.stage(target, manifest, aside)
 

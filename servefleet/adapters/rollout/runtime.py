@@ -67,13 +67,28 @@ class NodeRuntime(Protocol):
     def mask(self, text: str) -> str:
         """``text`` with every secret value masked."""
 
-    def observe(self, deployments: Sequence[str], *, key: str = "") -> ObservedNode:
+    def observe(self, deployments: Sequence[str], *, key: str = "",
+                candidates: Mapping[str, str] | None = None) -> ObservedNode:
         """Read-only: the lock and the deployments' facts (``key`` seeds the secret
-        digests, see :func:`servefleet.core.plan.rotated_secrets`)."""
+        digests, see :func:`servefleet.core.plan.rotated_secrets`; ``candidates``:
+        deployment → a hand-started container to adopt, read while there is no current
+        release)."""
 
     def lock(self, operation: str, now: datetime, *, unlock_id: str | None,
-             deployments: Sequence[str], key: str = "") -> tuple[RuntimeLock, ObservedNode]:
+             deployments: Sequence[str], key: str = "",
+             candidates: Mapping[str, str] | None = None) -> tuple[RuntimeLock, ObservedNode]:
         """Take the node's lock and observe under it, in one step."""
+
+    def adopt(self, target: Target, container: str) -> None:
+        """Take over the running hand-started ``container`` as ``target``'s release,
+        without a restart; refuse when it does not run the image the release names."""
+
+    def unadopt(self, deployment: str, container: str) -> None:
+        """Undo :meth:`adopt` (the gate failed): the container, still serving, gets its
+        own name back."""
+
+    def stop_container(self, container: str) -> None:
+        """Stop a hand-started container that a release replaces (it is kept)."""
 
     def preflight(self, target: Target, observed: ObservedDeployment | None) -> list[str]:
         """What keeps ``target`` from starting here (empty: nothing)."""

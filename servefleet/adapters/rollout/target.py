@@ -41,6 +41,9 @@ class Target:
     """The rendered files, when they may need uploading."""
     deployment_model: Deployment | None = None
     """The stack's deployment, for the manifest."""
+    adopted: str | None = None
+    """The release is a container started by hand and taken over (its name then): it is
+    started again with ``docker start``, never created by Compose."""
 
 
 
@@ -77,4 +80,12 @@ def target_from_manifest(project: Project, node: Node, deployment: str, release_
         compose_files=tuple(files) if isinstance(files, list) else ("compose.yaml",),
         builds_image=bool(manifest.get("builds_image")), gate=gate,
         profile=unchanged_profile(manifest, project.profiles),
-        utilization=_utilization(profile) if profile is not None else None)
+        utilization=_utilization(profile) if profile is not None else None,
+        adopted=_adopted_name(manifest))
+
+
+def _adopted_name(manifest: Mapping[str, Any]) -> str | None:
+    adopted = manifest.get("adopted")
+    if isinstance(adopted, dict) and isinstance(adopted.get("container"), str):
+        return adopted["container"]
+    return None

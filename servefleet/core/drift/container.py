@@ -7,6 +7,7 @@ from servefleet.core.drift.desired import DesiredDeployment
 from servefleet.core.drift.items import DriftKind, ItemCollector, short_digest
 from servefleet.core.drift.observation import ObservedDeploymentState
 from servefleet.core.observed import ObservedContainer, gate_miss
+from servefleet.core.plan import runs_engine_flags
 from servefleet.core.render.layout import ENV_FILE
 from servefleet.core.secrets import secret_digest
 
@@ -23,9 +24,13 @@ def compare_container(want: DesiredDeployment, have: ObservedDeploymentState,
     """Every check of the engine container, in report order."""
     _compare_container_state(have, container, items)
     _compare_gate(have, container, items)
-    _compare_command(want, container, items)
+    adopted = have.adopted_release is not None and \
+        container.release_label == have.adopted_release
+    _compare_command(want, container, items, adopted=adopted)
     _compare_env(want, have, container, items)
-    _compare_labels(want, container, items)
+    if not adopted:
+        # Started by hand: its labels were set then and cannot change while it runs.
+        _compare_labels(want, container, items)
     _compare_image(want, container, items)
     _compare_patch_set(want, container, items)
 
@@ -83,10 +88,13 @@ def _compare_gate(have: ObservedDeploymentState, container: ObservedContainer,
 
 
 def _compare_command(want: DesiredDeployment, container: ObservedContainer,
-                     items: ItemCollector) -> None:
+                     items: ItemCollector, *, adopted: bool = False) -> None:
     if want.command is None or container.command is None:
         return
     if tuple(container.command) == tuple(want.command):
+        return
+    if adopted and runs_engine_flags(container.command, want.command):
+        # Written by hand in another order: the same flags, as the adoption compared them.
         return
     missing = [a for a in want.command if a not in container.command]
     added = [a for a in container.command if a not in want.command]

@@ -49,6 +49,9 @@ class ObservedDeploymentState(StrictModel):
     """Why containers could not be listed."""
     boot: BootSummary | None = None
     """Facts of the latest boot's log; ``None`` when it could not be read."""
+    adopted_release: str | None = None
+    """Release the deployment's adopted container runs as (a container started by hand
+    and taken over without a restart): it carries none of servefleet's labels."""
     gated: dict[str, str] | None = None
     """The deployment's gate mark (``release``, ``started``, ``at``): the engine that last
     passed its gate; empty when there is none; ``None`` when it was not read."""

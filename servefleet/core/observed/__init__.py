@@ -17,6 +17,7 @@ from servefleet.core.observed.container import (
     RELEASES_DIR,
     ObservedContainer,
     ObservedEnvValue,
+    as_adopted,
     parse_container,
 )
 from servefleet.core.observed.deployment import ObservedDeployment, ObservedNode, ReleaseInfo
@@ -27,6 +28,7 @@ from servefleet.core.observed.output import (
     OBSERVE_HEADER,
     RELEASES_HEADER,
     parse_observation,
+    parse_record,
     parse_releases,
 )
 from servefleet.core.observed.preflight import PreflightFacts, parse_preflight
@@ -47,10 +49,12 @@ __all__ = [
     "ObservedNode",
     "PreflightFacts",
     "ReleaseInfo",
+    "as_adopted",
     "gate_miss",
     "parse_container",
     "parse_gate_mark",
     "parse_observation",
     "parse_preflight",
+    "parse_record",
     "parse_releases",
 ]

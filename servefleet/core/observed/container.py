@@ -38,7 +38,7 @@ class ObservedContainer(StrictModel):
     The one model of a node's containers, filled by two readers: the observe command
     (:func:`parse_container`; the plan, rollout, ``health`` and watch read it) and the drift
     collector (:mod:`servefleet.adapters.drift_collect`; drift and the Pulumi provider read
-    it). Both fill the fields up to ``labels``; the fields after it are read by the drift
+    it). Both fill the fields up to ``command``; the fields after it are read by the drift
     collector alone and keep their empty defaults in an observe command's answer.
     """
 
@@ -63,11 +63,12 @@ class ObservedContainer(StrictModel):
     labels: dict[str, str] = Field(default_factory=dict)
     """``Config.Labels``: compose's own (``com.docker.compose.*``), servefleet's
     (:data:`RELEASE_LABEL`…) and those the image brings."""
-    # -- read by the drift collector only ----------------------------------------------------
     id: str = ""
-    """Container id (drift collector only)."""
+    """Container id."""
     command: tuple[str, ...] | None = None
-    """``Config.Cmd`` (drift collector only; ``None``: not read)."""
+    """``Config.Cmd``: the engine's command line after the image's entrypoint (``None``:
+    not read)."""
+    # -- read by the drift collector only ----------------------------------------------------
     env: dict[str, ObservedEnvValue] = Field(default_factory=dict)
     """``Config.Env``, values hashed on the node (drift collector only)."""
     image_id: str | None = None
@@ -141,4 +142,15 @@ def parse_container(line: str) -> ObservedContainer:
         health=raw.get("health") or None,
         image_ref=raw.get("image") or None,
         labels={str(k): str(v) for k, v in labels.items()},
+        id=str(raw.get("id") or ""),
+        command=tuple(str(a) for a in raw["command"])
+        if isinstance(raw.get("command"), list) else None,
     )
+
+
+def as_adopted(container: ObservedContainer, release_id: str) -> ObservedContainer:
+    """``container``, an adopted one, as started from ``release_id``: its labels cannot
+    change while it runs, so the node's ``adopted`` record gives its release, filled in
+    here once so that every reader (plan, gate mark, health, watch) sees the same."""
+    return container.model_copy(update={"labels": {**container.labels,
+                                                   RELEASE_LABEL: release_id}})

@@ -43,6 +43,14 @@ class ObservedDeployment(StrictModel):
     gated_started_at: str | None = None
     """Docker's ``StartedAt`` of that engine's container when it passed: an engine started
     (or restarted by Docker) since then has not been gated."""
+    adopted_release: str | None = None
+    """Release an adopted container runs as (``<deployment>/adopted``): a container
+    started by hand that servefleet took over without a restart."""
+    adopted_from: str | None = None
+    """The adopted container's name before servefleet renamed it."""
+    adopt_candidate: ObservedContainer | None = None
+    """The container the stack says to adopt, read while the deployment has no current
+    release (``None``: none named, or no such container)."""
     secret_digests: dict[str, str] | None = None
     """Variable → HMAC-SHA256 of its assignment in the current ``engine.env``, under the key
     the controller sent with this observation (:func:`servefleet.core.envdigest.

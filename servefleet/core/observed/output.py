@@ -16,6 +16,8 @@ The observe command prints sections introduced by ``@@`` marker lines::
     releases/<id>                  (readlink of <base>/main/last-good)
     @@gated
     release=<id> started=<time> …  (<base>/main/gated: the engine that passed its gate)
+    @@adopted
+    release=<id> container=<id> …  (<base>/main/adopted: a container taken over by hand)
     @@manifest
     {…}                            (current release's manifest.json)
     @@files
@@ -24,8 +26,12 @@ The observe command prints sections introduced by ``@@`` marker lines::
     @@secret-digests
     <NAME> <hmac>                  (only when the controller sent a key: see
                                     servefleet.core.envdigest.keyed_value_digests)
+    @@candidate
+    {"name": …, "status": …}       (the container the stack adopts, while there is no
+                                    current release)
     @@containers
-    {"name": …, "status": …}       (one JSON object per container of the compose project)
+    {"name": …, "status": …}       (one JSON object per container of the compose project,
+                                    and the adopted container)
     @@end
 
 ``@@end`` proves the output is complete; without it the parser refuses the output rather
@@ -41,6 +47,7 @@ from typing import Any
 from servefleet.core.observed.container import (
     RELEASES_DIR,
     ObservedContainer,
+    as_adopted,
     parse_container,
 )
 from servefleet.core.observed.deployment import ObservedDeployment, ObservedNode, ReleaseInfo
@@ -108,17 +115,36 @@ def _release_of_link(target: str) -> str | None:
     return name or None
 
 
+def parse_record(lines: list[str] | None) -> dict[str, str]:
+    """A ``key=value key=value`` line (the ``adopted`` record)."""
+    text = " ".join(ln.strip() for ln in lines or [] if ln.strip())
+    return dict(part.partition("=")[::2] for part in text.split() if "=" in part)
+
+
+def _candidate(lines: list[str] | None) -> ObservedContainer | None:
+    found = [ln for ln in lines or [] if ln.strip()]
+    try:
+        return parse_container(found[0]) if found else None
+    except (ValueError, TypeError):
+        return None
+
+
 def _deployment(name: str, parts: dict[str, list[str]]) -> ObservedDeployment:
     manifest, manifest_error = _manifest(parts.get("manifest", []))
+    adopted = parse_record(parts.get("adopted"))
     containers: list[ObservedContainer] = []
     docker_error: str | None = None
     for line in parts.get("containers", []):
         if not line.strip():
             continue
         try:
-            containers.append(parse_container(line))
+            container = parse_container(line)
         except (ValueError, TypeError):
             docker_error = line.strip()[:300]
+            continue
+        if adopted.get("release") and adopted.get("container") == container.id:
+            container = as_adopted(container, adopted["release"])
+        containers.append(container)
     if "docker-error" in parts:
         docker_error = " ".join(ln.strip() for ln in parts["docker-error"] if ln.strip())[:300]
     # Running containers first: they are what serves.
@@ -138,6 +164,9 @@ def _deployment(name: str, parts: dict[str, list[str]]) -> ObservedDeployment:
         gated_release=gated.get("release"),
         gated_started_at=gated.get("started"),
         secret_digests=_secret_digests(parts.get("secret-digests")),
+        adopted_release=adopted.get("release") or None,
+        adopted_from=adopted.get("name") or None,
+        adopt_candidate=_candidate(parts.get("candidate")),
     )
 
 
@@ -177,6 +206,10 @@ def parse_observation(text: str) -> ObservedNode:
     def flush() -> None:
         if current is not None and exists:
             deployments[current] = _deployment(current, parts)
+        elif current is not None and "candidate" in parts:
+            # Never deployed, but the container the stack adopts runs there.
+            deployments[current] = ObservedDeployment(
+                name=current, adopt_candidate=_candidate(parts["candidate"]))
 
     for marker, body in _sections(text, OBSERVE_HEADER):
         if marker == "lock":
