@@ -28,6 +28,7 @@ ALL: dict[str, str] = {
     "keyscan": "servefleet.cli.nodes:keyscan_command",
     "doctor": "servefleet.cli.doctor:doctor_command",
     "tune": "servefleet.cli.tune:tune_command",
+    "import": "servefleet.cli.import_:import_command",
     "schema": "servefleet.cli.schema:schema_command",
     "sim": "servefleet.cli.sim:sim",
 }

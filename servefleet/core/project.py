@@ -197,7 +197,16 @@ def load_profiles(
             continue
         raw[path.stem] = data
         files[path.stem] = rel
+    profiles, resolve_problems = resolve_profiles(raw, files)
+    return profiles, files, raw, problems + resolve_problems
 
+
+def resolve_profiles(raw: Mapping[str, dict[str, Any]], files: Mapping[str, str],
+                     ) -> tuple[dict[str, Profile], list[str]]:
+    """Resolve ``extends`` chains of profiles given as their own keys (``raw``, by name, with
+    each one's file in ``files``) and validate each: what :func:`load_profiles` does once the
+    files are read (``servefleet import`` checks a profile it has not written yet with it)."""
+    problems: list[str] = []
     profiles: dict[str, Profile] = {}
     for name in raw:
         chain = [name]
@@ -236,7 +245,7 @@ def load_profiles(
                                  source_of=partial(_layer_with, layers, chain_files)):
                 if line not in problems:  # an inherited error: reported once, by its file
                     problems.append(line)
-    return profiles, files, raw, problems
+    return profiles, problems
 
 
 def _layer_with(layers: list[dict[str, Any]], chain_files: list[str],

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from servefleet.core.engines.base import EngineExpectations, EngineSpec, FlagPairs
+from servefleet.core.engines.base import EngineExpectations, EngineSpec, FlagField, FlagPairs
 from servefleet.core.engines.llamacpp import LLAMACPP
 from servefleet.core.engines.vllm import VLLM
 from servefleet.core.models import Profile
@@ -34,5 +34,5 @@ def engine_of(profile: Profile) -> EngineSpec:
     return ENGINES[profile.engine]
 
 
-__all__ = ["ENGINES", "EngineExpectations", "EngineSpec", "FlagPairs", "engine_named",
+__all__ = ["ENGINES", "EngineExpectations", "EngineSpec", "FlagField", "FlagPairs", "engine_named",
            "engine_of"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from servefleet.core.bootlog.model import BootFacts
 from servefleet.core.models import LlamaCppSettings, Node, Profile, VllmSettings
@@ -29,6 +29,33 @@ FlagPairs = list[tuple[str, str | None]]
 
 EngineSettings = VllmSettings | LlamaCppSettings
 """The engine block of a profile (``vllm:`` or ``llamacpp:``)."""
+
+
+FlagKind = Literal["text", "int", "float", "bool", "switch", "json", "layers"]
+"""How a managed flag's value reads back into its profile field: ``text`` as written,
+``int``/``float`` numbers, ``bool`` an optional boolean (``--x`` / ``--no-x``), ``switch`` a
+flag rendered only when on, ``json`` a JSON object, ``layers`` an int or a word
+(llama.cpp's ``-ngl all``)."""
+
+
+@dataclass(frozen=True)
+class FlagField:
+    """One managed flag and the profile field it renders from: the inverse of an engine's
+    ``flag_pairs``, used to read a running engine's argv back into a profile
+    (:mod:`servefleet.core.adopt`). Each engine's table is checked against its forward
+    mapping by the tests, so the two cannot disagree."""
+
+    flag: str
+    """The flag as ``flag_pairs`` renders it (``--max-model-len``, ``-c``)."""
+    field: str
+    """The field it comes from: a settings field (``max_model_len``) or ``model.<field>``."""
+    kind: FlagKind = "text"
+    """How its value reads back."""
+    aliases: tuple[str, ...] = ()
+    """Other spellings the engine accepts for the same flag (``-tp``, ``--ctx-size``)."""
+    optional: bool = True
+    """Whether the field may be left empty (``None`` / ``False``) to leave the flag out;
+    ``False`` for a field with a fixed default (llama.cpp's ``host``)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +125,12 @@ class EngineSpec(Protocol):
     @property
     def health_503(self) -> str:
         """What a 503 from ``/health`` means for it (said next to the answer)."""
+        ...
+
+    @property
+    def flag_fields(self) -> tuple[FlagField, ...]:
+        """Its managed flags with the profile field each renders from (the inverse of
+        :meth:`flag_pairs`; ``--host``/``--port`` only where a field holds them)."""
         ...
 
     def settings(self, profile: Profile) -> EngineSettings | None:

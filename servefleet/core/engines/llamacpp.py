@@ -8,6 +8,7 @@ from typing import Any
 from servefleet.core.bootlog.model import BootFacts
 from servefleet.core.engines.base import (
     EngineExpectations,
+    FlagField,
     FlagPairs,
     bool_flag,
     extra_pairs,
@@ -23,6 +24,29 @@ def llamacpp_settings(profile: Profile) -> LlamaCppSettings:
     assert profile.llamacpp is not None, \
         f"profile {profile.name} runs {profile.engine}, not llama.cpp"
     return profile.llamacpp
+
+
+FLAG_FIELDS: tuple[FlagField, ...] = (
+    FlagField("-m", "gguf", aliases=("--model",), optional=False),
+    FlagField("--alias", "model.served_name", aliases=("-a",)),
+    FlagField("--host", "host", optional=False),
+    FlagField("-c", "ctx_size", "int", aliases=("--ctx-size",)),
+    FlagField("-np", "parallel", "int", aliases=("--parallel",)),
+    FlagField("-ngl", "gpu_layers", "layers", aliases=("--gpu-layers", "--n-gpu-layers")),
+    FlagField("-fa", "flash_attn", aliases=("--flash-attn",)),
+    FlagField("-ctk", "cache_type_k", aliases=("--cache-type-k",)),
+    FlagField("-ctv", "cache_type_v", aliases=("--cache-type-v",)),
+    FlagField("-b", "batch_size", "int", aliases=("--batch-size",)),
+    FlagField("-ub", "ubatch_size", "int", aliases=("--ubatch-size",)),
+    FlagField("--jinja", "jinja", "bool"),
+    FlagField("--reasoning-budget", "reasoning_budget", "int"),
+    FlagField("--metrics", "metrics", "switch"),
+    FlagField("-lv", "log_verbosity", "int", aliases=("--log-verbosity", "--verbosity")),
+    FlagField("--cache-prompt", "cache_prompt", "bool"),
+    FlagField("--seed", "seed", "int", aliases=("-s",)),
+)
+"""Every flag :func:`_pairs` renders from a field, in its order, with the long or short
+spellings llama-server accepts for it (``--port`` comes from the deployment)."""
 
 
 def _pairs(profile: Profile, settings: LlamaCppSettings, port: int | None) -> FlagPairs:
@@ -65,6 +89,7 @@ class LlamaCppEngine:
     metric_prefix: str = "llamacpp:"
     version_path: str = "/props"
     version_key: str = "build_info"  # b8680-1a2b3c4
+    flag_fields: tuple[FlagField, ...] = FLAG_FIELDS
     health_503: str = "still loading the model, or unavailable"
 
     def settings(self, profile: Profile) -> LlamaCppSettings | None:

@@ -8,6 +8,7 @@ from typing import Any
 from servefleet.core.bootlog.model import BootFacts
 from servefleet.core.engines.base import (
     EngineExpectations,
+    FlagField,
     FlagPairs,
     bool_flag,
     compact_json,
@@ -32,6 +33,36 @@ OPTIMIZATION_LEVEL_MODES: dict[str, CudaGraphMode] = {
 CUDAGRAPH_MODES: tuple[CudaGraphMode, ...] = (
     "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE",
 )
+
+
+FLAG_FIELDS: tuple[FlagField, ...] = (
+    FlagField("--revision", "model.revision"),
+    FlagField("--served-model-name", "model.served_name"),
+    FlagField("--gpu-memory-utilization", "gpu_memory_utilization", "float"),
+    FlagField("--max-model-len", "max_model_len", "int"),
+    FlagField("--max-num-seqs", "max_num_seqs", "int"),
+    FlagField("--max-num-batched-tokens", "max_num_batched_tokens", "int"),
+    FlagField("--kv-cache-dtype", "kv_cache_dtype"),
+    FlagField("--enable-chunked-prefill", "enable_chunked_prefill", "bool"),
+    FlagField("--enable-prefix-caching", "enable_prefix_caching", "bool"),
+    FlagField("--async-scheduling", "async_scheduling", "bool"),
+    FlagField("--speculative-config", "speculative", "json"),
+    FlagField("--tensor-parallel-size", "tensor_parallel_size", "int", aliases=("-tp",)),
+    FlagField("--dtype", "dtype"),
+    FlagField("--quantization", "quantization", aliases=("-q",)),
+    FlagField("--attention-backend", "attention_backend"),
+    FlagField("--reasoning-parser", "reasoning_parser"),
+    FlagField("--tool-call-parser", "tool_call_parser"),
+    FlagField("--enable-auto-tool-choice", "enable_auto_tool_choice", "switch"),
+    FlagField("--default-chat-template-kwargs", "default_chat_template_kwargs", "json"),
+    FlagField("--generation-config", "generation_config"),
+    FlagField("--hf-overrides", "hf_overrides", "json"),
+    FlagField("--trust-remote-code", "trust_remote_code", "switch"),
+    FlagField("--language-model-only", "language_model_only", "switch"),
+    FlagField("--enforce-eager", "enforce_eager", "switch"),
+)
+"""Every flag :func:`_pairs` renders from a field, in its order (``--host``/``--port`` come
+from the deployment, the model from ``model.id`` as the positional argument)."""
 
 
 def _pairs(profile: Profile, settings: VllmSettings, port: int | None) -> FlagPairs:
@@ -117,6 +148,7 @@ class VllmEngine:
     version_path: str = "/version"
     version_key: str = "version"
     health_503: str = "vLLM answers 503 once its engine core is dead"
+    flag_fields: tuple[FlagField, ...] = FLAG_FIELDS
 
     def settings(self, profile: Profile) -> VllmSettings | None:
         """The ``vllm:`` block."""
