@@ -111,7 +111,7 @@ def _print_summary(out: Console, action: str, lines: list[str]) -> None:
     """A plan entry's summary lines, the first styled by its action."""
     from rich.text import Text
 
-    style = "dim" if action == "unchanged" else ("green" if action == "create" else "yellow")
+    style = {"unchanged": "dim", "create": "green", "adopt": "cyan"}.get(action, "yellow")
     out.print(Text(lines[0], style=style))
     for line in lines[1:]:
         out.print(Text(line))

@@ -12,18 +12,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import Result
 
 from servefleet.adapters.drift_collect.check import check_fleet as check_drift
 from servefleet.adapters.rollout import deploy, plan_fleet, rollback
 from servefleet.core.models import Deployment, Profile
-from servefleet.core.project import Project
+from servefleet.core.project import Project, load_project
 from servefleet.core.render import RenderedRelease, render_release
 from servefleet.sim.testbed import FleetHandle
 from tests.fleet_helpers import http_get, real_standin, wiped_project
@@ -223,3 +225,43 @@ def test_an_engine_with_other_flags_is_replaced_not_adopted(fleet: FleetHandle,
     state = fleet.ssh(node, "docker inspect --format '{{.State.Status}} "
                             "{{.HostConfig.RestartPolicy.Name}}' handmade-engine-1").stdout.split()
     assert state == ["exited", "no"]
+
+
+def config_repo_without(node: str, root: Path) -> Path:
+    """A copy of the sim config repo whose stack does not place ``node`` yet: an operator's
+    repo before the node's engine is imported."""
+    repo = root / "repo"
+    for folder in ("nodes", "profiles", "templates"):
+        shutil.copytree(Path(__file__).resolve().parents[2] / folder, repo / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(Path(__file__).resolve().parents[2] / "Pulumi.yaml", repo / "Pulumi.yaml")
+    (repo / "Pulumi.sim.yaml").write_text(
+        "# The operator's stack, before the import.\n"
+        "config:\n"
+        "  servefleet:profiles:\n"
+        "    sim-spark-1: qwen36-fp8\n")
+    assert node != "sim-spark-1"
+    return repo
+
+
+def test_import_then_deploy_adopts_the_hand_started_engine_without_a_restart(
+        fleet: FleetHandle, project: Project, run_cli: Callable[..., Result],
+        tmp_path: Path) -> None:
+    node, profile = "sim-5090", "qwen36-q4-llamacpp"
+    folder, rendered = hand_files(project, node, profile)
+    fleet.ssh(node, compose_argv(folder, rendered, "up", "-d"))
+    wait_serving(project, node)
+    repo = config_repo_without(node, tmp_path)
+
+    done = run_cli("import", node, "--deployment", DEP, "--write", project=repo, stack="sim")
+    assert done.exit_code == 0, done.output
+    assert SECRETS["HF_TOKEN"] not in done.output
+    imported = load_project(repo, "sim")
+    [placed_dep] = imported.stack.for_node(node)
+    assert (placed_dep.name, placed_dep.port, placed_dep.adopt) == (DEP, PORT,
+                                                                    "handmade-engine-1")
+    assert imported.profiles[placed_dep.profile].extends == profile, done.output
+    # Only this node: sim-spark-1's deployment in the operator's stack is not this test's.
+    only = dataclasses.replace(imported, stack=imported.stack.model_copy(
+        update={"deployments": [placed_dep]}))
+    adopt_and_check(fleet, only, node, placed_dep.profile, "handmade-engine-1")
