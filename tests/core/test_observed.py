@@ -141,3 +141,40 @@ def test_preflight_facts() -> None:
                               "disk_free_kib=\nport_in_use=yes\n")
     assert missing.docker_version is None and missing.compose is None
     assert missing.disk_free_bytes is None and missing.port_in_use is True
+
+
+HAND_LABELS = {"com.docker.compose.project": "handmade", "com.docker.compose.service": "engine"}
+
+
+def test_a_container_to_adopt_of_a_never_deployed_deployment() -> None:
+    node = parse_observation(observation(
+        "@@deployment main", "@@absent", "@@candidate",
+        container(name="/vllm-qwen", labels=HAND_LABELS, id="c0ffee",
+                  command=["Qwen/Qwen3.6-35B-A3B-FP8", "--port", "8000"], health=None)))
+    dep = node.deployments["main"]
+    assert dep.current_release is None and dep.containers == ()
+    assert dep.adopt_candidate is not None
+    assert (dep.adopt_candidate.name, dep.adopt_candidate.id) == ("vllm-qwen", "c0ffee")
+    assert dep.adopt_candidate.command == ("Qwen/Qwen3.6-35B-A3B-FP8", "--port", "8000")
+    # Without a candidate, a deployment that was never deployed is left out.
+    assert parse_observation(observation("@@deployment main", "@@absent")).deployments == {}
+
+
+def test_the_adopted_container_runs_the_release_its_record_names() -> None:
+    node = parse_observation(observation(
+        "@@deployment main", "@@current", "releases/aaaaaaaaaaaa", "@@releases",
+        "aaaaaaaaaaaa", "@@gated", "@@adopted",
+        "release=aaaaaaaaaaaa container=c0ffee name=vllm-qwen", "@@manifest", MANIFEST, "",
+        "@@containers", container(name="/servefleet-main-adopted", labels=HAND_LABELS,
+                                  id="c0ffee")))
+    dep = node.deployments["main"]
+    assert (dep.adopted_release, dep.adopted_from) == ("aaaaaaaaaaaa", "vllm-qwen")
+    [engine] = dep.containers
+    # Its own labels were set by hand; the record gives its release to every reader.
+    assert engine.release_id == "aaaaaaaaaaaa" and dep.running_release == "aaaaaaaaaaaa"
+    # Another container with the same name but another id is not the adopted one.
+    other = parse_observation(observation(
+        "@@deployment main", "@@current", "releases/aaaaaaaaaaaa", "@@adopted",
+        "release=aaaaaaaaaaaa container=c0ffee name=vllm-qwen", "@@containers",
+        container(name="/servefleet-main-adopted", labels=HAND_LABELS, id="beef")))
+    assert other.deployments["main"].containers[0].release_id is None

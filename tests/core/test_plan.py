@@ -263,3 +263,59 @@ def test_flags_from_argv_inverts_the_renderer(project: Project) -> None:
 
     for name, profile in project.profiles.items():
         assert flags_from_argv(engine_command(profile, 8000)) == engine_flags(profile, 8000), name
+
+
+# -- adopting a container started by hand ---------------------------------------------------
+def hand_started(command: list[str], status: str = "running") -> ObservedDeployment:
+    """A never-deployed deployment whose stack names a container started by hand."""
+    return ObservedDeployment(name="main", adopt_candidate=ObservedContainer(
+        name="vllm-qwen", status=status, command=tuple(command), image_ref="vllm/vllm-openai"))
+
+
+def test_hand_started_engine_with_the_rendered_flags_in_any_order_is_adopted(
+        project: Project) -> None:
+    release = rendered(project, "qwen36-fp8")
+    model, *flags = release.engine_argv
+    pairs = flags_from_argv(release.engine_argv)
+    shuffled = [model]
+    for flag, value in reversed([(f, v) for f, v in pairs.items() if f != "--model"]):
+        shuffled += [flag] if value is None else [f"{flag}={value}"]
+    assert shuffled != [model, *flags]
+    item = plan(release, hand_started(shuffled))
+    assert item.action == "adopt" and item.changes
+    assert item.adopt_container == "vllm-qwen"
+    assert not item.restart and item.upload and item.flag_diff.empty
+    assert item.summary_lines() == [
+        f"dgx-spark-1/main: adopt: release none -> {release.release_id}",
+        "  container vllm-qwen (started by hand) runs the rendered engine: taken over "
+        "without a restart"]
+    assert item.to_json()["adopt_container"] == "vllm-qwen"
+
+
+def test_entrypoint_words_leading_the_command_are_not_engine_flags(project: Project) -> None:
+    # `docker run --entrypoint python3 IMAGE /opt/wrapper.py vllm MODEL --flags…`
+    release = rendered(project, "qwen36-fp8")
+    command = ["/opt/servefleet-sim/cpu_twin.py", "vllm", *release.engine_argv]
+    assert plan(release, hand_started(command)).action == "adopt"
+    too_many = ["a", "b", "c", "d", *release.engine_argv]
+    assert plan(release, hand_started(too_many)).action == "create"
+
+
+def test_hand_started_engine_with_other_flags_is_replaced_with_the_diff(
+        project: Project) -> None:
+    release = rendered(project, "qwen36-fp8")
+    command = [a if a != "32" else "64" for a in release.engine_argv]
+    assert command != list(release.engine_argv)
+    item = plan(release, hand_started(command))
+    assert item.action == "create" and item.restart
+    assert item.adopt_container == "vllm-qwen"
+    assert item.flag_diff.changed == {"--max-num-seqs": ("64", "32")}
+    assert item.reasons == (
+        "container vllm-qwen (started by hand) is not adopted: it runs other engine flags; "
+        "it is stopped (kept, not removed) and the release started in its place",)
+
+
+def test_a_stopped_hand_started_container_is_not_adopted(project: Project) -> None:
+    release = rendered(project, "qwen36-fp8")
+    item = plan(release, hand_started(list(release.engine_argv), status="exited"))
+    assert item.action == "create" and item.adopt_container is None
