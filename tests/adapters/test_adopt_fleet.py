@@ -244,12 +244,20 @@ def config_repo_without(node: str, root: Path) -> Path:
     return repo
 
 
+@pytest.mark.parametrize(("node", "profile", "how"), [
+    ("sim-5090", "qwen36-q4-llamacpp", "compose"),
+    ("sim-spark-2", "qwen36-fp8", "run"),
+], ids=["llamacpp-compose", "vllm-docker-run"])
 def test_import_then_deploy_adopts_the_hand_started_engine_without_a_restart(
         fleet: FleetHandle, project: Project, run_cli: Callable[..., Result],
-        tmp_path: Path) -> None:
-    node, profile = "sim-5090", "qwen36-q4-llamacpp"
+        tmp_path: Path, node: str, profile: str, how: str) -> None:
     folder, rendered = hand_files(project, node, profile)
-    fleet.ssh(node, compose_argv(folder, rendered, "up", "-d"))
+    if how == "compose":
+        fleet.ssh(node, compose_argv(folder, rendered, "up", "-d"))
+        container = "handmade-engine-1"
+    else:
+        fleet.ssh(node, docker_run_argv(fleet, node, folder, rendered))
+        container = "handmade-run"
     wait_serving(project, node)
     repo = config_repo_without(node, tmp_path)
 
@@ -258,10 +266,6 @@ def test_import_then_deploy_adopts_the_hand_started_engine_without_a_restart(
     assert SECRETS["HF_TOKEN"] not in done.output
     imported = load_project(repo, "sim")
     [placed_dep] = imported.stack.for_node(node)
-    assert (placed_dep.name, placed_dep.port, placed_dep.adopt) == (DEP, PORT,
-                                                                    "handmade-engine-1")
+    assert (placed_dep.name, placed_dep.port, placed_dep.adopt) == (DEP, PORT, container)
     assert imported.profiles[placed_dep.profile].extends == profile, done.output
-    # Only this node: sim-spark-1's deployment in the operator's stack is not this test's.
-    only = dataclasses.replace(imported, stack=imported.stack.model_copy(
-        update={"deployments": [placed_dep]}))
-    adopt_and_check(fleet, only, node, placed_dep.profile, "handmade-engine-1")
+    adopt_and_check(fleet, imported, node, placed_dep.profile, container)

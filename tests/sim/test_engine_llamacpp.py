@@ -1,13 +1,15 @@
 """The real llama.cpp install for the simulated fleet: cache key, and the cached binary
-serving its tiny model with the parser reading its boot log. Building takes about 19
+serving its tiny model with the parser reading its boot log. Building takes about 7
 minutes on 2 cores, so the serving test runs only where the install is already cached
 (``python -c 'from servefleet.sim.engines.llamacpp import ensure_llama_server as e; e()'``)."""
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import subprocess
+import tarfile
 import time
 import urllib.request
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from servefleet.core.bootlog.parser import BootLogParser
+from servefleet.core.errors import SimError
 from servefleet.sim.engines import ENGINE_MOUNT, llamacpp
 
 
@@ -75,3 +78,30 @@ def test_cached_llama_server_serves_the_tiny_model(tmp_path: Path) -> None:
     facts = parser.close()
     assert facts.outcome == "ready", log.read_text()
     assert facts.n_parallel == 4
+
+
+def _tar(*members: tuple[str, bytes]) -> io.BytesIO:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    return buffer
+
+
+@pytest.mark.parametrize("data_filter", [True, False], ids=["python-3.11.4+", "python-3.11.2"])
+def test_the_source_is_unpacked_only_inside_its_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_filter: bool) -> None:
+    # Debian bookworm's python3 (3.11.2) has no tarfile data filter: the same refusals
+    # are made by hand there.
+    if not data_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    with tarfile.open(fileobj=_tar(("llama.cpp/CMakeLists.txt", b"x"))) as tar:
+        llamacpp._extract_safely(tar, tmp_path, "good.tar.gz")
+    assert (tmp_path / "llama.cpp" / "CMakeLists.txt").read_bytes() == b"x"
+    error = (tarfile.TarError, SimError)
+    with tarfile.open(fileobj=_tar(("../evil", b"x"))) as tar, pytest.raises(error):
+        llamacpp._extract_safely(tar, tmp_path / "inner", "bad.tar.gz")
+    assert not (tmp_path / "evil").exists()

