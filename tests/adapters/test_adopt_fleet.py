@@ -23,7 +23,7 @@ import yaml
 from click.testing import Result
 
 from servefleet.adapters.drift_collect.check import check_fleet as check_drift
-from servefleet.adapters.rollout import deploy, plan_fleet, rollback
+from servefleet.adapters.rollout import ProgressEvent, deploy, plan_fleet, rollback
 from servefleet.core.models import Deployment, Profile
 from servefleet.core.project import Project, load_project
 from servefleet.core.render import RenderedRelease, render_release
@@ -200,11 +200,36 @@ def test_an_engine_started_with_docker_run_is_adopted(fleet: FleetHandle,
     folder, rendered = hand_files(project, node, profile)
     fleet.ssh(node, docker_run_argv(fleet, node, folder, rendered))
     wait_serving(project, node)
-    adopt_and_check(fleet, project, node, profile, "handmade-run")
+    stack, adopted = adopt_and_check(fleet, project, node, profile, "handmade-run")
     # `always` would start it after a reboot beside a later release: made unless-stopped.
     policy = fleet.ssh(node, "docker inspect --format '{{.HostConfig.RestartPolicy.Name}}' "
                              f"servefleet-{DEP}-adopted").stdout.strip()
     assert policy == "unless-stopped"
+
+    # A first change whose engine fails its gate: the adopted container serves again.
+    sim = project.nodes[node].sim
+    assert sim is not None
+    fault = Path(sim.control_dir) / "fault"
+    fault.write_text("kv_oom\n")
+
+    def lift_fault(event: ProgressEvent) -> None:
+        if event.phase == "restore":
+            fault.unlink(missing_ok=True)
+
+    try:
+        [result] = deploy(placed(project, node, "qwen36-fp8-mtp", "handmade-run"), [node],
+                          secrets=SECRETS, progress=lift_fault)
+    finally:
+        fault.unlink(missing_ok=True)
+    [dep] = result.deployments
+    assert dep.status == "rolled_back", json.dumps(dep.to_json(), default=str)[:3000]
+    assert dep.restore is not None and dep.restore.ok and dep.restore.release_id == adopted
+    state = fleet.ssh(node, f"docker inspect --format '{{{{.State.Status}}}}' "
+                            f"servefleet-{DEP}-adopted").stdout.strip()
+    assert state == "running"
+    wait_serving(project, node)
+    [item], _ = plan_fleet(stack, [node], SECRETS)
+    assert item.action == "unchanged", item.summary_lines()
 
 
 def test_an_engine_with_other_flags_is_replaced_not_adopted(fleet: FleetHandle,
