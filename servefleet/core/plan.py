@@ -383,8 +383,6 @@ def _adopt_item(desired: RenderedRelease, observed: ObservedDeployment,
     """``adopt`` when the hand-started ``container`` runs the rendered engine command line
     (the image is checked on the node, against ``docker compose config``, before it is
     taken over); else a ``create`` that stops it and starts the release instead."""
-    want = flags_from_argv(desired.engine_argv)
-    have = flags_from_argv(container.command) if container.command is not None else None
     present = desired.release_id in observed.releases
     if container.command is not None and runs_engine_flags(container.command,
                                                            desired.engine_argv):
@@ -392,7 +390,8 @@ def _adopt_item(desired: RenderedRelease, observed: ObservedDeployment,
                     repair=present, adopt_container=container.name, engine_state="running",
                     reasons=(f"container {container.name} (started by hand) runs the "
                              "rendered engine: taken over without a restart",))
-    diff = diff_flags(have or {}, want)
+    have = flags_from_argv(container.command) if container.command is not None else None
+    diff = diff_flags(have or {}, flags_from_argv(desired.engine_argv))
     why = ("its command line could not be read" if have is None
            else "it runs other engine flags")
     return item("create", current_release=None, restart=True, upload=True, repair=present,

@@ -119,6 +119,12 @@ def wait_serving(project: Project, node: str) -> None:
     pytest.fail(f"the hand-started engine on {node} did not serve within {BOOT_SECONDS} s")
 
 
+def adopted_state(fleet: FleetHandle, node: str) -> str:
+    """Docker's state of the deployment's adopted container (``running``, ``exited``…)."""
+    return fleet.ssh(node, "docker inspect --format '{{.State.Status}}' "
+                           f"servefleet-{DEP}-adopted").stdout.strip()
+
+
 def with_llamacpp(project: Project, profile: str, **settings: object) -> Profile:
     """``profile`` with some of its llama.cpp settings changed (a one-line profile edit)."""
     resolved = project.profiles[profile]
@@ -181,14 +187,12 @@ def test_an_engine_started_with_docker_compose_is_adopted_replaced_and_rolled_ba
     assert result.ok, json.dumps(result.to_json(), default=str)[:3000]
     [dep] = result.deployments
     assert dep.status == "deployed" and dep.release_id != adopted
-    state = fleet.ssh(node, f"docker inspect --format '{{{{.State.Status}}}}' "
-                            f"servefleet-{DEP}-adopted").stdout.strip()
+    state = adopted_state(fleet, node)
     assert state == "exited"
 
     back = rollback(stack, node, DEP, to=adopted, secrets=SECRETS)
     assert back.status == "deployed", back.to_json()
-    state = fleet.ssh(node, f"docker inspect --format '{{{{.State.Status}}}}' "
-                            f"servefleet-{DEP}-adopted").stdout.strip()
+    state = adopted_state(fleet, node)
     assert state == "running"
     [item], _ = plan_fleet(stack, [node], SECRETS)
     assert item.action == "unchanged", item.summary_lines()
@@ -224,8 +228,7 @@ def test_an_engine_started_with_docker_run_is_adopted(fleet: FleetHandle,
     [dep] = result.deployments
     assert dep.status == "rolled_back", json.dumps(dep.to_json(), default=str)[:3000]
     assert dep.restore is not None and dep.restore.ok and dep.restore.release_id == adopted
-    state = fleet.ssh(node, f"docker inspect --format '{{{{.State.Status}}}}' "
-                            f"servefleet-{DEP}-adopted").stdout.strip()
+    state = adopted_state(fleet, node)
     assert state == "running"
     wait_serving(project, node)
     [item], _ = plan_fleet(stack, [node], SECRETS)

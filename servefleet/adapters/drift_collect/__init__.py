@@ -43,7 +43,7 @@ from servefleet.core.engines.vllm import VLLM
 from servefleet.core.errors import ServefleetError
 from servefleet.core.gpu import parse_probe_json
 from servefleet.core.models import Node
-from servefleet.core.observed import ObservedContainer, as_adopted, parse_gate_mark, parse_record
+from servefleet.core.observed import ObservedContainer, as_adopted, parse_gate_mark
 from servefleet.core.render.release import ENV_FILE, IMAGE_PATCH_MARKER
 
 READY_MARKERS = (
@@ -215,13 +215,6 @@ def _boot_summary(raw: Mapping[str, Any] | None, engine: str) -> tuple[BootSumma
                        cudagraph_mode=facts.cudagraph_mode), None
 
 
-def _adopted(container: ObservedContainer, record: Mapping[str, str]) -> ObservedContainer:
-    """The container as started from the adopted release, when it is the adopted one."""
-    if record.get("release") and record.get("container") == container.id:
-        return as_adopted(container, record["release"])
-    return container
-
-
 def _container(raw: Mapping[str, Any]) -> ObservedContainer:
     """The collector's ``container`` object (``container_facts`` of the collector script,
     plus its image reads) as the one container model, every field filled."""
@@ -266,7 +259,7 @@ def observation_from_answer(node: str, text: str,
     for query in queries:
         raw = (answer.get("deployments") or {}).get(query.name) or {}
         container_raw = raw.get("container")
-        adopted = parse_record(str(raw.get("adopted") or "").splitlines())
+        adopted = parse_gate_mark(str(raw.get("adopted") or "").splitlines())
         boot, boot_error = _boot_summary(raw.get("boot_log"), query.engine)
         if boot_error:
             errors.append(f"{query.name}: {boot_error}")
@@ -280,7 +273,7 @@ def observation_from_answer(node: str, text: str,
             manifest=raw.get("manifest") if isinstance(raw.get("manifest"), dict) else None,
             file_hashes=raw.get("files") or {},
             release_secret_digests=raw.get("secret_digests") or {},
-            container=_adopted(_container(container_raw), adopted)
+            container=as_adopted(_container(container_raw), adopted)
             if isinstance(container_raw, dict) else None,
             adopted_release=adopted.get("release") or None,
             others=int(raw.get("others") or 0),

@@ -28,7 +28,6 @@ from servefleet.core.observed.output import (
     OBSERVE_HEADER,
     RELEASES_HEADER,
     parse_observation,
-    parse_record,
     parse_releases,
 )
 from servefleet.core.observed.preflight import PreflightFacts, parse_preflight
@@ -55,6 +54,5 @@ __all__ = [
     "parse_gate_mark",
     "parse_observation",
     "parse_preflight",
-    "parse_record",
     "parse_releases",
 ]

@@ -148,9 +148,14 @@ def parse_container(line: str) -> ObservedContainer:
     )
 
 
-def as_adopted(container: ObservedContainer, release_id: str) -> ObservedContainer:
-    """``container``, an adopted one, as started from ``release_id``: its labels cannot
-    change while it runs, so the node's ``adopted`` record gives its release, filled in
-    here once so that every reader (plan, gate mark, health, watch) sees the same."""
+def as_adopted(container: ObservedContainer,
+               record: dict[str, str]) -> ObservedContainer:
+    """``container`` as started from the release the node's ``adopted`` record names, when
+    it is the container that record names (else unchanged). An adopted container's labels
+    cannot change while it runs, so the record gives its release, filled in here once so
+    that every reader (plan, gate mark, health, watch, drift) sees the same."""
+    release = record.get("release")
+    if not release or record.get("container") != container.id:
+        return container
     return container.model_copy(update={"labels": {**container.labels,
-                                                   RELEASE_LABEL: release_id}})
+                                                   RELEASE_LABEL: release}})

@@ -24,6 +24,8 @@ def gate_miss(release: str | None, started_at: str | None, gated_release: str | 
 
 
 def parse_gate_mark(lines: list[str] | None) -> dict[str, str]:
-    """``release=<id> started=<StartedAt> at=<time>`` (the ``gated`` file) as a mapping."""
+    """A ``key=value key=value`` record as a mapping: the ``gated`` file
+    (``release=<id> started=<StartedAt> at=<time>``) and the ``adopted`` one
+    (``release=<id> container=<id> name=<name>``)."""
     text = " ".join(lines or [])
     return dict(part.split("=", 1) for part in text.split() if "=" in part)

@@ -115,12 +115,6 @@ def _release_of_link(target: str) -> str | None:
     return name or None
 
 
-def parse_record(lines: list[str] | None) -> dict[str, str]:
-    """A ``key=value key=value`` line (the ``adopted`` record)."""
-    text = " ".join(ln.strip() for ln in lines or [] if ln.strip())
-    return dict(part.partition("=")[::2] for part in text.split() if "=" in part)
-
-
 def _candidate(lines: list[str] | None) -> ObservedContainer | None:
     found = [ln for ln in lines or [] if ln.strip()]
     try:
@@ -131,7 +125,7 @@ def _candidate(lines: list[str] | None) -> ObservedContainer | None:
 
 def _deployment(name: str, parts: dict[str, list[str]]) -> ObservedDeployment:
     manifest, manifest_error = _manifest(parts.get("manifest", []))
-    adopted = parse_record(parts.get("adopted"))
+    adopted = parse_gate_mark(parts.get("adopted"))
     containers: list[ObservedContainer] = []
     docker_error: str | None = None
     for line in parts.get("containers", []):
@@ -142,9 +136,7 @@ def _deployment(name: str, parts: dict[str, list[str]]) -> ObservedDeployment:
         except (ValueError, TypeError):
             docker_error = line.strip()[:300]
             continue
-        if adopted.get("release") and adopted.get("container") == container.id:
-            container = as_adopted(container, adopted["release"])
-        containers.append(container)
+        containers.append(as_adopted(container, adopted))
     if "docker-error" in parts:
         docker_error = " ".join(ln.strip() for ln in parts["docker-error"] if ln.strip())[:300]
     # Running containers first: they are what serves.
