@@ -24,14 +24,15 @@ from servefleet.adapters.remote import (
 
 
 def compose(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
-            compose_files: Sequence[str], *args: str) -> list[str]:
-    """``docker compose -p <deployment> --project-directory <release> -f … ARGS``."""
+            compose_files: Sequence[str], *args: str, project: str | None = None) -> list[str]:
+    """``docker compose -p <deployment> --project-directory <release> -f … ARGS``
+    (``project``: another compose project name than the deployment's)."""
     folder = release_dir(base_dir, deployment, release_id)
     files: list[str] = []
     for name in compose_files:
         files += ["-f", name if name.startswith("/") else f"{folder}/{name}"]
-    return [*compose_cmd, "-p", compose_project(deployment), "--project-directory", folder,
-            *files, *args]
+    return [*compose_cmd, "-p", project or compose_project(deployment), "--project-directory",
+            folder, *files, *args]
 
 
 def build(compose_cmd: Sequence[str], base_dir: str, deployment: str, release_id: str,
@@ -231,3 +232,31 @@ def unadopt_container(base_dir: str, deployment: str, name: str) -> list[str]:
     gets its own name back and the record goes. Safe to repeat."""
     return _sh(UNADOPT_SCRIPT, deployment_dir(base_dir, deployment), name,
                adopted_name(deployment))
+
+
+WEIGHTS_PROJECT_PREFIX = "servefleetweights-"
+"""Compose project of a deployment's staging container. Not ``servefleet-…``: no
+deployment's project can have this name, so its containers are never taken for the
+engine's (stopped, followed, observed)."""
+STAGE_WEIGHTS_SCRIPT = (
+    # A staging container left by a controller that died is removed first: its download
+    # resumes in this one (the fetchers keep partial files).
+    'name=$1; program=$2; shift 2; docker rm -f "$name" >/dev/null 2>&1; '
+    'printf "%s" "$program" | "$@" 2>&1; echo "@@weights-exit $?"'
+)
+
+
+def weights_container(deployment: str) -> str:
+    """The staging container's name (one per deployment at a time)."""
+    return WEIGHTS_PROJECT_PREFIX + deployment
+
+
+def stage_weights(compose_cmd: Sequence[str], base_dir: str, deployment: str,
+                  release_id: str, compose_files: Sequence[str], service: str,
+                  program: str) -> list[str]:
+    """Run the release's one-shot ``service`` with ``program`` on standard input; prints
+    its output, then ``@@weights-exit <status>``."""
+    name = weights_container(deployment)
+    return _sh(STAGE_WEIGHTS_SCRIPT, name, program, *compose(
+        compose_cmd, base_dir, deployment, release_id, compose_files, "--profile", service,
+        "run", "--rm", "-T", "--no-deps", "--name", name, service, project=name))

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from servefleet.adapters import compose_commands, remote
+from servefleet.adapters import compose_commands, remote, weights
 from servefleet.adapters import releases as release_store
 from servefleet.adapters.boot_follow import BootResult
 from servefleet.adapters.boot_follow import follow_boot as follow_boot_log
@@ -38,6 +38,7 @@ from servefleet.core.observed import (
     parse_preflight,
 )
 from servefleet.core.project import Project
+from servefleet.core.render.weights import WEIGHTS_SERVICE
 
 MIN_FREE_DISK_BYTES = 1 << 30
 """Refuse to deploy onto a node with less free space than this under its base directory."""
@@ -45,6 +46,8 @@ BUILD_TIMEOUT_SECONDS = 1800
 UP_TIMEOUT_SECONDS = 600
 STOP_TIMEOUT_SECONDS = 300
 RECORD_TIMEOUT_SECONDS = 30
+STAGE_TIMEOUT_SECONDS = 6 * 3600
+"""Staging weights: 35 GB at 20 MB/s takes half an hour; a stalled fetch is cut here."""
 """Bookkeeping commands (gate mark, prune) are short; a node that takes longer is lost."""
 
 
@@ -130,6 +133,20 @@ class ComposeSshRuntime:
                                   idempotent=True, what="pull the images")
         for line in done.text().splitlines():
             on_line(line)
+
+    def stage_weights(self, target: Target, say: Callable[[str], None], *,
+                      should_stop: Callable[[], bool] | None = None) -> None:
+        """Run the release's ``weights`` service with the fetcher on standard input,
+        its lines turned into progress as they come."""
+        spec = target.weights
+        assert spec is not None
+        argv = compose_commands.stage_weights(
+            self.compose_cmd, self.node.base_dir, target.deployment, target.release_id,
+            target.compose_files, WEIGHTS_SERVICE, weights.program(spec.tool).decode())
+        lines = (raw.decode("utf-8", "replace").rstrip("\r\n") for raw in
+                 self.transport.stream_lines(argv, timeout=STAGE_TIMEOUT_SECONDS,
+                                             should_stop=should_stop))
+        weights.follow(lines, spec, say, node=self.node.name)
 
     def stop(self, deployment: str, *, grace_seconds: int | None = None,
              what: str = "stop the old engine") -> None:

@@ -150,6 +150,8 @@ class NodeRollout(Recovery):
                 with self.phase(result, "build" if target.builds_image else "pull"):
                     self.runtime.prepare(target, lambda line: self.emit(
                         "pull", target.deployment, line))
+                if target.weights is not None:
+                    self.stage_weights(result, target)
                 self.run_hooks(result, self.hooks.before_stop, target)
                 with self.phase(result, "stop"):
                     # Set inside the phase: an abort caught at its start has touched
@@ -188,6 +190,18 @@ class NodeRollout(Recovery):
                 self.give_up(result, target, operation, "interrupted (SIGINT) while "
                              "recovering", started)
         return result
+
+    def stage_weights(self, result: DeploymentResult, target: Target) -> None:
+        """Fetch and verify the release's weights while the old engine serves; a signal
+        ends the fetch at once (the next deploy resumes it) and leaves that engine as it
+        was."""
+        with self.phase(result, "weights"):
+            try:
+                self.runtime.stage_weights(
+                    target, lambda line: self.emit("weights", target.deployment, line),
+                    should_stop=lambda: self.abort.requested)
+            finally:
+                self.check_abort("stop")
 
     def adopt(self, target: Target, item: PlanItem) -> DeploymentResult:
         """Take a hand-started engine over as ``target`` without restarting it: upload the

@@ -99,6 +99,11 @@ class NodeRuntime(Protocol):
     def prepare(self, target: Target, on_line: Callable[[str], None]) -> None:
         """Pull the release's images, or build its overlay, while the old engine serves."""
 
+    def stage_weights(self, target: Target, say: Callable[[str], None], *,
+                      should_stop: Callable[[], bool] | None = None) -> None:
+        """Fetch and verify ``target``'s weights (:attr:`Target.weights`) while the old
+        engine serves; raise when they are not all there, saying what is cached."""
+
     def stop(self, deployment: str, *, grace_seconds: int | None = None,
              what: str = "stop the old engine") -> None:
         """Stop the deployment's engine (its releases stay)."""

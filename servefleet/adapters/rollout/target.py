@@ -12,6 +12,7 @@ from servefleet.core.engines import engine_of
 from servefleet.core.models import Deployment, Node, Profile
 from servefleet.core.project import Project
 from servefleet.core.render import RenderedRelease
+from servefleet.core.render.weights import WeightsSpec
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Target:
     adopted: str | None = None
     """The release is a container started by hand and taken over (its name then): it is
     started again with ``docker start``, never created by Compose."""
+    weights: WeightsSpec | None = None
+    """The weights it stages before the old engine stops (``None``: none)."""
 
 
 
@@ -64,7 +67,8 @@ def target_for(project: Project, node: Node, rendered: RenderedRelease,
         port=rendered.port, engine=rendered.engine,
         compose_files=tuple(rendered.compose_files), builds_image=rendered.builds_image,
         gate=GateSpec.for_profile(profile, node), profile=profile,
-        utilization=_utilization(profile), rendered=rendered, deployment_model=deployment)
+        utilization=_utilization(profile), rendered=rendered, deployment_model=deployment,
+        weights=rendered.weights)
 
 
 def target_from_manifest(project: Project, node: Node, deployment: str, release_id: str,
@@ -81,7 +85,7 @@ def target_from_manifest(project: Project, node: Node, deployment: str, release_
         builds_image=bool(manifest.get("builds_image")), gate=gate,
         profile=unchanged_profile(manifest, project.profiles),
         utilization=_utilization(profile) if profile is not None else None,
-        adopted=_adopted_name(manifest))
+        adopted=_adopted_name(manifest), weights=WeightsSpec.from_json(manifest.get("weights")))
 
 
 def _adopted_name(manifest: Mapping[str, Any]) -> str | None:

@@ -102,6 +102,12 @@ class EngineSpec(Protocol):
         ...
 
     @property
+    def weights_kinds(self) -> tuple[str, ...]:
+        """The ``model.source`` kinds its image can stage (``snapshot`` needs
+        ``huggingface_hub`` in its python3; ``file`` and ``url`` need curl)."""
+        ...
+
+    @property
     def kv_planned(self) -> bool:
         """Whether the KV planner (:mod:`servefleet.core.kvplan`) predicts its pool."""
         ...

@@ -86,6 +86,8 @@ class LlamaCppEngine:
     bootlog_reader: str = "llama.cpp"
     spans_nodes: bool = False
     kv_planned: bool = False
+    # No Python in llama.cpp's images: a GGUF file, fetched by curl.
+    weights_kinds: tuple[str, ...] = ("file", "url")
     metric_prefix: str = "llamacpp:"
     version_path: str = "/props"
     version_key: str = "build_info"  # b8680-1a2b3c4

@@ -67,7 +67,7 @@ from the deployment, the model from ``model.id`` as the positional argument)."""
 
 def _pairs(profile: Profile, settings: VllmSettings, port: int | None) -> FlagPairs:
     pairs: FlagPairs = []
-    opt(pairs, "--revision", profile.model.revision)
+    opt(pairs, "--revision", profile.model.engine_revision)
     opt(pairs, "--served-model-name", profile.model.served_name)
     if port is not None:
         opt(pairs, "--host", ALL_INTERFACES)
@@ -144,6 +144,8 @@ class VllmEngine:
     bootlog_reader: str = "vllm"
     spans_nodes: bool = True
     kv_planned: bool = True
+    # vLLM serves a repository from the hub cache; its images have huggingface_hub.
+    weights_kinds: tuple[str, ...] = ("snapshot",)
     metric_prefix: str = "vllm:"
     version_path: str = "/version"
     version_key: str = "version"

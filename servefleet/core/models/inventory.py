@@ -204,6 +204,9 @@ class Node(StrictModel):
     """Hugging Face cache folder on the node, mounted into engines."""
     models_dir: AbsPath | None = None
     """Folder on the node with local model files (GGUF), mounted read-only at ``/models``."""
+    hf_endpoint: Text | None = None
+    """Hugging Face endpoint the node stages weights from (``HF_ENDPOINT``: a mirror, or a
+    local hub); ``None`` = huggingface.co."""
     ports: list[int] = Field(default_factory=lambda: [8000])
     """Ports engines on this node may listen on."""
     compose_overrides: list[Text] = Field(default_factory=list)
@@ -228,6 +231,15 @@ class Node(StrictModel):
         if len(set(ports)) != len(ports):
             raise ValueError("ports are listed twice")
         return ports
+
+    @field_validator("hf_endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[A-Za-z0-9.:\[\]_-]+(?:/[^\s]*)?\Z",
+                                              value):
+            raise ValueError(f"{value!r} is not an http(s):// URL like "
+                             "'https://hf-mirror.example.com'")
+        return value
 
     @field_validator("address")
     @classmethod

@@ -20,6 +20,7 @@ from servefleet.core.models.common import (
     StrictModel,
     Text,
 )
+from servefleet.core.models.weights import ModelSource
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
@@ -150,6 +151,10 @@ class ModelSpec(StrictModel):
     fp8_lm_head: bool = False
     """The checkpoint stores lm_head in FP8 (e.g. the NVFP4 checkpoint's ``fp8-head``
     branch); vLLM needs the compressed-tensors lm_head dispatch overlay for it."""
+    source: ModelSource | None = None
+    """Where the weights come from, pinned: a rollout stages them on the node before the
+    old engine stops, and the engine then boots with the hub offline (``None``: the engine
+    fetches or finds them itself, as before)."""
 
     @field_validator("id")
     @classmethod
@@ -159,6 +164,30 @@ class ModelSpec(StrictModel):
                 f"{value!r} is not a model id like 'org/name' (letters, digits, . _ -)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _source_matches(self) -> ModelSpec:
+        source = self.source
+        if source is None or source.kind == "url":
+            return self
+        if source.repo is None and "/" not in self.id:
+            raise ValueError(f"source: model.id {self.id!r} is a label, not a repository: "
+                             "give source.repo as 'org/name'")
+        if source.kind == "snapshot" and source.repo_for(self.id) == self.id and \
+                self.revision is not None and self.revision != source.revision:
+            raise ValueError(f"model.revision {self.revision!r} and source.revision "
+                             f"{source.revision!r} differ: the engine would load another "
+                             "revision than the one staged (drop model.revision)")
+        return self
+
+    @property
+    def engine_revision(self) -> str | None:
+        """The revision the engine loads: the staged snapshot's commit, else ``revision``."""
+        source = self.source
+        if source is not None and source.kind == "snapshot" and source.repo_for(self.id) == \
+                self.id:
+            return source.revision
+        return self.revision
 
 
 class SpeculativeConfig(StrictModel):

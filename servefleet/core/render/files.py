@@ -35,6 +35,13 @@ from servefleet.core.render.layout import (
     overlay_image_name,
 )
 from servefleet.core.render.templating import TEMPLATE_FILES, render_override
+from servefleet.core.render.weights import (
+    ENTRYPOINTS,
+    OFFLINE_ENV,
+    WEIGHTS_SERVICE,
+    WeightsSpec,
+    weights_for,
+)
 
 
 def _labels(node: Node, deployment: str, profile: Profile, identity: str,
@@ -51,6 +58,20 @@ def _labels(node: Node, deployment: str, profile: Profile, identity: str,
     for key, value in node.labels.items():
         labels[f"{LABEL_PREFIX}node-label.{key}"] = value
     return dict(sorted(labels.items()))
+
+
+def _weights_service(weights: WeightsSpec | None) -> dict[str, Any] | None:
+    """The compose ``weights`` service's values (see :mod:`servefleet.core.weights`)."""
+    if weights is None:
+        return None
+    return {
+        "name": WEIGHTS_SERVICE,
+        "entrypoint": list(ENTRYPOINTS[weights.tool]),
+        "volume": {"source": weights.host_folder, "target": weights.container_folder},
+        "environment": weights.environment(),
+        "pin": weights.pin,
+        "role_label": f"{LABEL_PREFIX}role",
+    }
 
 
 def render_files(inputs: RenderInputs, release_id: str) -> dict[str, bytes]:
@@ -70,6 +91,8 @@ def render_files(inputs: RenderInputs, release_id: str) -> dict[str, bytes]:
                         "create": False})
     engine = engine_of(profile)
     gpu_count = engine.gpu_count(profile)
+    # A release spanning nodes (ranks) is staged by hand for now: its engines may fetch.
+    weights = weights_for(profile, node) if inputs.rank is None else None
     common: dict[str, Any] = {
         "profile_name": profile.name,
         "node_name": node.name,
@@ -93,7 +116,9 @@ def render_files(inputs: RenderInputs, release_id: str) -> dict[str, bytes]:
         "gpu_count": gpu_count if gpu_count else "all",
         "volumes": volumes,
         "environment": dict(sorted({**profile.env,
-                                    **(inputs.rank.environment if inputs.rank else {})}.items())),
+                                    **(inputs.rank.environment if inputs.rank else {}),
+                                    **(OFFLINE_ENV if weights else {})}.items())),
+        "weights": _weights_service(weights),
         "devices": list(inputs.rank.devices) if inputs.rank else [],
         "cap_add": list(inputs.rank.cap_add) if inputs.rank else [],
         "healthcheck": {
@@ -130,6 +155,7 @@ def render_files(inputs: RenderInputs, release_id: str) -> dict[str, bytes]:
         "deployment": inputs.deployment,
         "port": port,
         "node_name": node.name,
+        "stages_weights": weights is not None,
     }
     for number, (entry, name, content) in enumerate(inputs.overrides, start=1):
         try:
@@ -139,7 +165,8 @@ def render_files(inputs: RenderInputs, release_id: str) -> dict[str, bytes]:
             raise RenderFieldError(
                 inputs.where, inputs.node_file, f"compose_overrides[{number - 1}]", str(error),
                 "fix the override template: it may use only engine, engine_version, "
-                "builds_image, deployment, port and node_name, and no attributes of them"
+                "builds_image, deployment, port, node_name and stages_weights, and no "
+                "attributes of them"
             ) from None
 
     if builds:

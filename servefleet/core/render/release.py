@@ -62,6 +62,7 @@ from servefleet.core.render.layout import (
     overlay_image_name,
     sha256_hex,
 )
+from servefleet.core.render.weights import WeightsSpec, weights_for
 
 __all__ = [
     "COMPOSE_FILE",
@@ -149,6 +150,8 @@ class RenderedRelease:
     """Secret variables the engine gets from ``engine.env`` (names only)."""
     secrets_rendered: bool
     """False when some secret was written as an empty placeholder (preview renders)."""
+    weights: WeightsSpec | None = None
+    """The weights a deploy stages before the stop (``model.source``); ``None``: none."""
 
     @property
     def key(self) -> str:
@@ -232,6 +235,7 @@ def assemble_release(inputs: RenderInputs, release_id: str) -> RenderedRelease:
         file_hashes={path: sha256_hex(content) for path, content in _shown(files).items()},
         secret_names=tuple(profile.secret_env),
         secrets_rendered=inputs.secrets_complete,
+        weights=weights_for(profile, node) if inputs.rank is None else None,
     )
 
 
@@ -288,6 +292,7 @@ def manifest_for(rendered: RenderedRelease, deployment: Deployment, *,
                   for path, digest in sorted(rendered.file_hashes.items())},
         "secret_env": list(rendered.secret_names),
         "secrets_rendered": rendered.secrets_rendered,
+        **({"weights": rendered.weights.to_json()} if rendered.weights else {}),
         "created_at": when,
         "created_by": created_by,
     }

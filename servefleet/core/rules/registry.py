@@ -21,6 +21,7 @@ from servefleet.core.rules import (
     serving,
     speculative,
     unified_headroom,
+    weights,
 )
 from servefleet.core.rules.base import (
     Finding,
@@ -40,7 +41,7 @@ RENDER_RULE = "render-refused"
 RULE_MODULES: tuple[ModuleType, ...] = (
     capabilities, kvcache, quantization, serving, speculative, flags, llamacpp, hardware, memory,
     model_files, node,
-    unified_headroom,
+    unified_headroom, weights,
 )
 """Modules whose :class:`Rule` objects make up the rule set, in report order."""
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 MARK = "servefleet-sim:"
@@ -163,11 +164,34 @@ def _ngram(value: str) -> str:
                       separators=(",", ":"))
 
 
+STAGED_WHY = ("servefleet staged it before the stop (HF_HUB_OFFLINE=1): the test bed's hub "
+              "serves the tiny twin under the profile's name, so the engine loads the staged "
+              "files as a GPU node would")
+
+
+def staged_here(value: str, args: list[str]) -> bool:
+    """Whether the model ``value`` names was staged on this node by servefleet: the engine
+    runs offline and the file (a GGUF path) or the snapshot of ``--revision`` (a
+    repository) is there."""
+    if os.environ.get("HF_HUB_OFFLINE") != "1":
+        return False
+    if value.startswith("/"):
+        return os.path.isfile(value)
+    revision = next((args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--revision"),
+                    None)
+    home = os.environ.get("HF_HOME", "/root/.cache/huggingface")
+    return revision is not None and os.path.isdir(os.path.join(
+        home, "hub", "models--" + value.replace("/", "--"), "snapshots", revision))
+
+
 def rewrite(engine: str, args: list[str], model: str,
-            fp8_kv: bool | None = None) -> tuple[list[str], list[str]]:
+            fp8_kv: bool | None = None,
+            staged: Callable[[str], bool] = lambda _value: False,
+            ) -> tuple[list[str], list[str]]:
     """``args`` (a profile's engine command) as the CPU engine takes it, and one note per
     change. ``model`` is the tiny twin's path inside the container; ``fp8_kv``: whether the
-    machine keeps an FP8 KV cache (None: read from ``/proc/cpuinfo``)."""
+    machine keeps an FP8 KV cache (None: read from ``/proc/cpuinfo``); ``staged``: whether a
+    model value was staged here (then it stays, see :func:`staged_here`)."""
     table = {flag: rule for rule in REWRITES.get(engine, ()) for flag in rule.flags}
     if fp8_kv is None:
         fp8_kv = fp8_kv_cache_here()
@@ -176,7 +200,11 @@ def rewrite(engine: str, args: list[str], model: str,
     out: list[str] = []
     notes: list[str] = []
     index = 0
-    if engine == "vllm" and args and not args[0].startswith("-"):
+    if engine == "vllm" and args and not args[0].startswith("-") and staged(args[0]):
+        notes.append(f"model {args[0]} kept: {STAGED_WHY}")
+        out.append(args[0])
+        index = 1
+    elif engine == "vllm" and args and not args[0].startswith("-"):
         notes.append(f"model {args[0]} → the tiny twin {model}: a random checkpoint of the "
                      "same architecture family (Qwen3-MoE) that the CPU build serves in "
                      "seconds")
@@ -202,6 +230,9 @@ def rewrite(engine: str, args: list[str], model: str,
             out += [flag, new]
         elif rule.action == "kvspace":
             notes.append(f"{flag} {value} kept, VLLM_CPU_KVCACHE_SPACE unset: {rule.why}")
+            out += args[index:index + step]
+        elif rule.action == "model" and value is not None and staged(value):
+            notes.append(f"{flag} {value} kept: {STAGED_WHY}")
             out += args[index:index + step]
         elif rule.action == "model":
             notes.append(f"{flag} {value} → {model}: {rule.why}")
@@ -259,7 +290,9 @@ def main(argv: list[str]) -> int:
         command = [*STANDIN[engine], *args]
     else:
         entry = json.loads(os.environ["SIM_ENGINE_ENTRYPOINT"])
-        args, notes = rewrite(engine, args, os.environ["SIM_ENGINE_MODEL"])
+        original = list(args)
+        args, notes = rewrite(engine, args, os.environ["SIM_ENGINE_MODEL"],
+                              staged=lambda value: staged_here(value, original))
         if any(_rule_key(_split(a)[0]) == KV_BYTES_FLAG for a in args):
             os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
         print(f"{MARK} the real {engine} {os.environ.get('SIM_ENGINE_VERSION', '')} "
