@@ -124,6 +124,8 @@ class PlanItem:
     secrets_changed: tuple[str, ...] = ()
     """Secret variables whose value on the node differs from the one given (names only)."""
     adopt_container: str | None = None
+    weights: str | None = None
+    """What the deploy stages before the stop, and from where (``model.source``)."""
     """The container started by hand that the deploy adopts (``adopt``) or stops in
     favour of the release (``create``)."""
     node_baselines: str | None = field(default=None, repr=False, compare=False)
@@ -151,6 +153,8 @@ class PlanItem:
         lines += [f"  {line}" for line in self.flag_diff.lines()]
         if self.changed_files:
             lines.append(f"  files changed: {', '.join(self.changed_files)}")
+        if self.weights:
+            lines.append(f"  {self.weights}")
         if self.restart:
             lines.append("  engine restarts")
         return lines
@@ -176,6 +180,7 @@ class PlanItem:
             "recovery": list(self.recovery),
             "secrets_changed": list(self.secrets_changed),
             "adopt_container": self.adopt_container,
+            "weights": self.weights,
         }
 
 
@@ -268,13 +273,26 @@ def rotated_secrets(desired: RenderedRelease, observed: ObservedDeployment,
                         if name in given and have.get(name) != digest))
 
 
+def _weights_note(desired: RenderedRelease, observed: ObservedDeployment | None) -> str | None:
+    """``weights: stage <pin> from <where> before the stop (was <old pin>)``."""
+    spec = desired.weights
+    if spec is None:
+        return None
+    where = "its URL" if spec.kind == "url" else spec.endpoint or "huggingface.co"
+    staged = ((observed.manifest or {}) if observed is not None else {}).get("weights")
+    old = staged.get("pin") if isinstance(staged, dict) else None
+    was = f" (was {old})" if isinstance(old, str) and old != spec.pin else ""
+    return f"weights: stage {spec.pin} from {where} before the stop{was}"
+
+
 def plan(desired: RenderedRelease, observed: ObservedDeployment | None, *,
          secret_key: bytes | None = None) -> PlanItem:
     """Compare ``desired`` with what the node has for its deployment (``None``: nothing).
     ``secret_key`` is the key the observation was made with, for :func:`rotated_secrets`."""
     def item(action: Action, **details: Any) -> PlanItem:
         return PlanItem(node=desired.node, deployment=desired.deployment, action=action,
-                        release_id=desired.release_id, profile=desired.profile, **details)
+                        release_id=desired.release_id, profile=desired.profile,
+                        weights=_weights_note(desired, observed), **details)
 
     if observed is not None and observed.current_release is None \
             and observed.adopt_candidate is not None and observed.adopt_candidate.running:

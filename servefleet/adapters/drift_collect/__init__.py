@@ -281,6 +281,7 @@ def observation_from_answer(node: str, text: str,
             boot=boot,
             gated=parse_gate_mark(str(raw.get("gated") or "").splitlines())
             if "gated" in raw else None,
+            weights=raw.get("weights") if isinstance(raw.get("weights"), dict) else None,
         )
     gpu = None
     gpu_error = answer.get("gpu_error")

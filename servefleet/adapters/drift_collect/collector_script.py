@@ -56,6 +56,36 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 # --------------------------------------------------------------------------- reads
 
 
+def weights_facts(weights: Any) -> dict[str, Any] | None:
+    """What the node holds of a release's staged weights (its manifest's ``weights``):
+    ``present`` (the pinned snapshot or file is there), ``verified`` (the fetcher's record
+    of a passed verification) and, for a snapshot, the commits the cache holds."""
+    if not isinstance(weights, dict) or not isinstance(weights.get("host_folder"), str):
+        return None
+    folder = weights["host_folder"].rstrip("/")
+    if weights.get("kind") == "snapshot":
+        repo_dir = folder + "/hub/models--" + str(weights.get("repo")).replace("/", "--")
+        revision = str(weights.get("revision"))
+        try:
+            revisions = sorted(os.listdir(repo_dir + "/snapshots"))
+        except OSError:
+            revisions = []
+        record = folder + "/servefleet/verified/" + repo_dir.rsplit("/", 1)[-1] + "@" + \
+            revision + ".json"
+        return {"present": revision in revisions, "verified": os.path.isfile(record),
+                "revisions": revisions}
+    name = str(weights.get("file_name"))
+    path = folder + "/" + name
+    try:
+        with open(folder + "/.servefleet/" + name + ".verified", encoding="utf-8") as handle:
+            record = handle.read(200).split()
+    except OSError:
+        record = []
+    present = os.path.isfile(path)
+    verified = present and record == [str(weights.get("sha256")), str(os.path.getsize(path))]
+    return {"present": present, "verified": verified, "revisions": []}
+
+
 def read_release(deployment_dir: str, env_file: str, manifest_file: str) -> dict[str, Any]:
     """``current``, the manifest, and the hash of every file of the current release."""
     result: dict[str, Any] = {"present": os.path.isdir(deployment_dir), "current": None,
@@ -96,6 +126,7 @@ def read_release(deployment_dir: str, env_file: str, manifest_file: str) -> dict
                 manifest = _json(content)
                 if isinstance(manifest, dict):
                     result["manifest"] = manifest
+                    result["weights"] = weights_facts(manifest.get("weights"))
                 else:
                     result["manifest_error"] = f"{rel} is not a JSON object"
                 continue

@@ -42,8 +42,11 @@ else
             printf 'Authorization: Bearer %s\n' "$HF_TOKEN" > "$headers"
         fi
     fi
-    total=$(curl -fsSIL -H "@$headers" "$url" 2>/dev/null | tr -d '\r' |
-        awk 'tolower($1) == "content-length:" { n = $2 } END { print n + 0 }')
+    total=0
+    if head=$(curl -fsSIL -H "@$headers" "$url" 2>/dev/null); then
+        total=$(printf '%s\n' "$head" | tr -d '\r' |
+            awk 'tolower($1) == "content-length:" { n = $2 } END { print n + 0 }')
+    fi
     say plan 1 "$total" "$(size_of "$part")"
     curl -fsSL -C - -H "@$headers" -o "$part" "$url" 2>/tmp/servefleet-weights-curl &
     pid=$!
@@ -55,6 +58,10 @@ else
     status=$?
     rm -f "$headers"
     if [ "$status" -ne 0 ]; then
+        if grep -q -e ' 401' -e ' 403' /tmp/servefleet-weights-curl; then
+            say error "the hub refused access (gated or private): the profile needs" \
+                "secret_env: [HF_TOKEN] and the stack a token that may read it"
+        fi
         say error "download stopped (curl exit $status: $(head -c 300 /tmp/servefleet-weights-curl | tr '\n' ' '));" \
             "$(size_of "$part") bytes kept in $part for the next deploy to resume"
         exit 5

@@ -93,22 +93,27 @@ def main() -> int:
     folder = cache / ("models--" + repo.replace("/", "--"))
     snapshot = folder / "snapshots" / revision
     record_file = cache.parent / "servefleet" / "verified" / f"{folder.name}@{revision}.json"
-    api = HfApi(token=token)
-    try:
-        tree = [entry for entry in api.list_repo_tree(repo, revision=revision, recursive=True)
-                if isinstance(entry, RepoFile)]
-    except Exception as error:
-        say("error", f"listing {repo}@{revision}: {type(error).__name__}: {error}")
-        return 5
-    total = sum(int(entry.size) for entry in tree)
+    # A commit's files never change: a snapshot verified once, whose files all still have
+    # their sizes, needs no word with the hub (a deploy works while the hub is down).
     try:
         record = json.loads(record_file.read_text())
     except (OSError, ValueError):
         record = None
-    if isinstance(record, dict) and sizes_match(snapshot, record) and \
-            set(record) == {entry.path for entry in tree}:
-        say("cached", len(tree), total)
+    if isinstance(record, dict) and record and sizes_match(snapshot, record):
+        say("cached", len(record), sum(record.values()))
         return 0
+    api = HfApi(token=token)
+    try:
+        tree = [entry for entry in api.list_repo_tree(repo, revision=revision, recursive=True)
+                if isinstance(entry, RepoFile)]
+    except Exception as error:  # any failure of the hub is reported as text
+        say("error", f"listing {repo}@{revision}: {type(error).__name__}: "
+                     f"{str(error).splitlines()[0][:300]}")
+        if type(error).__name__ in ("RepositoryNotFoundError", "GatedRepoError"):
+            say("error", "the hub refused access (gated or private): the profile needs "
+                         "secret_env: [HF_TOKEN] and the stack a token that may read it")
+        return 5
+    total = sum(int(entry.size) for entry in tree)
     say("plan", len(tree), total, present_bytes(folder / "blobs", tree))
     finished = threading.Event()
 

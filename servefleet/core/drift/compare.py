@@ -76,6 +76,26 @@ def _compare_release(want: DesiredDeployment, have: ObservedDeploymentState,
                       "is not available here)")
 
 
+def _compare_weights(have: ObservedDeploymentState, items: ItemCollector) -> None:
+    """The pinned weights the running release was staged with are still in the cache: the
+    engine boots again (a restart, a rollback) with the hub offline only if they are."""
+    staged = (have.manifest or {}).get("weights")
+    facts = have.weights
+    if not isinstance(staged, dict) or facts is None:
+        return
+    pin = str(staged.get("pin"))
+    if not facts.get("present"):
+        others = [str(r) for r in facts.get("revisions") or []]
+        held = f" (the cache holds {', '.join(r[:12] for r in others)})" if others else ""
+        items.add(DriftKind.WEIGHTS, pin, ", ".join(others) or None,
+                  f"the node holds no {pin}{held}: the engine cannot boot again with the hub "
+                  "offline; deploy again to stage it")
+    elif not facts.get("verified"):
+        items.add(DriftKind.WEIGHTS, pin, "unverified",
+                  f"{pin} is in the cache but its verification record is missing; deploy "
+                  "again to verify it")
+
+
 def _manifest_hashes(manifest: Mapping[str, Any] | None) -> dict[str, str] | None:
     files = (manifest or {}).get("files")
     if not isinstance(files, dict):
@@ -169,6 +189,7 @@ def _compare_deployment(want: DesiredDeployment, have: ObservedDeploymentState |
         return items.found
     _compare_release(want, have, items)
     _compare_files(want, have, items)
+    _compare_weights(have, items)
     if have.docker_error is not None:
         items.add(DriftKind.ERROR, None, None,
                   f"containers could not be listed: {have.docker_error}", "docker")

@@ -35,6 +35,9 @@ class DriftKind(StrEnum):
     """The container runs another image than the pinned / deployed one (a tag that moved)."""
     PATCH_SET = "patch-set"
     """The overlay marker inside the container differs from the release's patch set."""
+    WEIGHTS = "weights"
+    """The current release's staged weights are gone from the node's cache (another
+    revision, a pruned or deleted file) or were never verified there."""
     DRIVER = "driver"
     """The NVIDIA driver differs from the inventory."""
     CUDA = "cuda"

@@ -59,6 +59,10 @@ class ObservedDeploymentState(StrictModel):
     """What the engine's HTTP API says its version is."""
     engine_version_error: str | None = None
     """Why the version could not be asked."""
+    weights: dict[str, Any] | None = None
+    """What the node holds of the current release's staged weights (``present``,
+    ``verified``, ``revisions``: the commits its cache holds of the repository); ``None``
+    when the release stages none."""
 
 
 class NodeObservation(StrictModel):

@@ -1,0 +1,310 @@
+"""Weight staging on the simulated fleet, with the real engines, the real fetchers and a
+local hub on the test host (each node reaches it at its host address).
+
+The hub serves the tiny twins under the shipped profiles' names: llama.cpp's tiny GGUF as
+``unsloth/Qwen3.6-35B-A3B-GGUF/Qwen3.6-35B-A3B-Q4_K_M.gguf`` and vLLM's tiny Qwen3-MoE as
+``Qwen/Qwen3.6-35B-A3B-FP8``, so the engines load exactly what was staged, with the hub
+offline. The tests share one deployment (``wt`` on port 8003) and run in file order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servefleet.adapters.drift_collect.check import check_fleet as check_drift
+from servefleet.adapters.rollout import NodeResult, ProgressEvent, deploy
+from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.weights.models import staged_models
+from servefleet.core.drift.items import DriftKind
+from servefleet.core.models import Deployment, Profile
+from servefleet.core.project import Project
+from servefleet.sim.engines.ensure import ENGINE_NAMES, ensure_engines
+from servefleet.sim.hub import LocalHub
+from servefleet.sim.testbed import FleetHandle
+from tests.fleet_helpers import http_get, wiped_project
+
+pytestmark = [pytest.mark.fleet, pytest.mark.slow]
+
+DEP = "wt"
+PORT = 8003
+SECRETS = {"HF_TOKEN": "hf_weights-test-secret"}
+RTX = "sim-5090"
+SPARK = "sim-spark-1"
+GGUF_REPO = "unsloth/Qwen3.6-35B-A3B-GGUF"
+GGUF_FILE = "Qwen3.6-35B-A3B-Q4_K_M.gguf"
+VLLM_REPO = "Qwen/Qwen3.6-35B-A3B-FP8"
+
+
+@dataclasses.dataclass
+class Bed:
+    """The hub, its repositories' pins and the project whose nodes stage from it."""
+
+    hub: LocalHub
+    project: Project
+    gguf: Path
+    gguf_sha: str
+    vllm_commit: str
+    tiny_vllm: Path
+    scratch: Path
+
+
+def forget_staged(project: Project) -> None:
+    """Remove what these tests stage from the nodes' folders, so every run fetches."""
+    for name in (RTX, SPARK):
+        node = project.nodes[name]
+        if node.models_dir is not None:
+            models = Path(node.models_dir)
+            for path in [*models.glob("Qwen3.6-35B-A3B-Q4_K_M*"),
+                         *models.glob(".servefleet/Qwen3.6-35B-A3B-Q4_K_M*")]:
+                path.unlink()
+        hf = Path(node.hf_cache)
+        shutil.rmtree(hf / "hub" / "models--Qwen--Qwen3.6-35B-A3B-FP8", ignore_errors=True)
+        for record in hf.glob("servefleet/verified/models--Qwen--Qwen3.6-35B-A3B-FP8@*"):
+            record.unlink()
+
+
+@pytest.fixture(scope="module")
+def bed(real_engines: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    installs = ensure_engines(ENGINE_NAMES, lambda _line: None)
+    [gguf] = installs["llama.cpp"].models.values()
+    [tiny_vllm] = installs["vllm"].models.values()
+    repo = tmp_path_factory.mktemp("gguf-repo")
+    for name in (GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"):
+        (repo / name).symlink_to(gguf)
+    with LocalHub(host="0.0.0.0", token=SECRETS["HF_TOKEN"]) as hub:
+        hub.add_repo(GGUF_REPO, repo)
+        commit = hub.add_repo(VLLM_REPO, Path(tiny_vllm))
+        for project in wiped_project(real_engines, DEP, [RTX, SPARK]):
+            nodes = {name: node.model_copy(update={
+                "hf_endpoint": f"http://{real_engines.nodes[name].host_address}:{hub.port}"})
+                for name, node in project.nodes.items() if name in real_engines.nodes}
+            forget_staged(project)
+            yield Bed(hub, dataclasses.replace(project, nodes={**project.nodes, **nodes}),
+                      Path(gguf), hashlib.sha256(Path(gguf).read_bytes()).hexdigest(), commit,
+                      Path(tiny_vllm), tmp_path_factory.mktemp("scratch"))
+            forget_staged(project)
+
+
+def placed(bed: Bed, node: str, profile: Profile) -> Project:
+    """The project placing ``profile`` as :data:`DEP` on ``node``."""
+    stack = bed.project.stack.model_copy(update={"deployments": [
+        Deployment(node=node, name=DEP, profile=profile.name, port=PORT)]})
+    return dataclasses.replace(bed.project, stack=stack,
+                               profiles={**bed.project.profiles, profile.name: profile})
+
+
+def gguf_profile(bed: Bed, name: str, file: str = GGUF_FILE) -> Profile:
+    data = bed.project.profiles["qwen36-q4-llamacpp"].model_dump()
+    data["name"] = name
+    data["model"]["source"] = {"repo": GGUF_REPO, "file": file, "sha256": bed.gguf_sha}
+    data["llamacpp"]["gguf"] = f"/models/{file}"
+    data["secret_env"] = ["HF_TOKEN"]  # the test hub serves only with the token
+    return Profile.model_validate(data)
+
+
+class Watcher:
+    """Asks the old engine for /health every 0.1 s from a thread, and records the deploy's
+    phases as they start, to show the engine served until the stop."""
+
+    def __init__(self, bed: Bed, node: str) -> None:
+        self.node = bed.project.nodes[node]
+        self.phases: list[tuple[float, str, str]] = []
+        self.answers: list[tuple[float, int]] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._done.wait(0.1):
+            try:
+                status, _ = http_get(self.node, PORT, "/health", timeout=2)
+            except OSError:
+                status = 0  # refused or timed out: the engine did not answer
+            self.answers.append((time.monotonic(), status))
+
+    def progress(self, event: ProgressEvent) -> None:
+        self.phases.append((time.monotonic(), event.phase, event.message))
+
+    def __enter__(self) -> Watcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def started(self, phase: str) -> float:
+        return next(t for t, p, _ in self.phases if p == phase)
+
+    def failed_between(self, start: float, end: float) -> list[int]:
+        return [s for t, s in self.answers if start <= t <= end and s != 200]
+
+    def messages(self, phase: str) -> list[str]:
+        return [m for _, p, m in self.phases if p == phase and m]
+
+
+def one(results: list[NodeResult]) -> Any:
+    [result] = results
+    [deployed] = result.deployments
+    return deployed
+
+
+def container_env(bed: Bed, node: str) -> dict[str, str]:
+    with SshTransport(bed.project.nodes[node]) as transport:
+        done = transport.run(["sh", "-c", "docker inspect --format '{{json .Config.Env}}' "
+                              "$(docker ps -q --filter label=com.docker.compose.project="
+                              f"servefleet-{DEP})"])
+    return dict(item.split("=", 1) for item in json.loads(done.text()))
+
+
+def boot_log(bed: Bed, node: str) -> str:
+    with SshTransport(bed.project.nodes[node]) as transport:
+        done = transport.run(["sh", "-c", "docker logs $(docker ps -q --filter "
+                              f"label=com.docker.compose.project=servefleet-{DEP}) 2>&1"])
+    return done.text()
+
+
+# -- llama.cpp: a GGUF file, fetched by curl ---------------------------------------------------
+def test_a_gguf_is_staged_while_the_old_engine_serves_then_loaded_offline(bed: Bed) -> None:
+    plain = bed.project.profiles["qwen36-q4-llamacpp"]
+    assert one(deploy(placed(bed, RTX, plain), secrets=SECRETS)).status == "deployed"
+    staged = gguf_profile(bed, "q4-staged")
+    # Slow enough that the staging takes seconds: the old engine must answer throughout.
+    bed.hub.fault(bytes_per_second=max(bed.gguf.stat().st_size // 3, 1))
+    try:
+        with Watcher(bed, RTX) as watch:
+            result = one(deploy(placed(bed, RTX, staged), secrets=SECRETS,
+                                progress=watch.progress))
+    finally:
+        bed.hub.fault()
+    assert result.status == "deployed", result.failure and result.failure.message
+    phases = [p for _, p, _ in watch.phases]
+    assert phases.index("weights") < phases.index("stop")
+    staging = watch.started("stop") - watch.started("weights")
+    assert staging >= 2.0, staging
+    assert watch.failed_between(watch.started("weights"), watch.started("stop")) == []
+    served = [s for t, s in watch.answers
+              if watch.started("weights") <= t <= watch.started("stop")]
+    assert len(served) >= 10 and set(served) == {200}
+    shown = watch.messages("weights")
+    assert shown[0].startswith("fetching 1 file(s)")
+    assert any(" of " in m and "/s" in m for m in shown), shown
+    assert shown[-1].endswith(": verified")
+    # The engine runs offline and loads the staged file itself (no tiny-twin rewrite).
+    assert container_env(bed, RTX)["HF_HUB_OFFLINE"] == "1"
+    assert f"-m /models/{GGUF_FILE} kept: servefleet staged it" in boot_log(bed, RTX)
+    node = bed.project.nodes[RTX]
+    assert node.models_dir is not None
+    assert (Path(node.models_dir) / GGUF_FILE).read_bytes() == bed.gguf.read_bytes()
+
+
+def test_a_corrupt_download_is_refused_and_the_old_engine_keeps_serving(bed: Bed) -> None:
+    other = gguf_profile(bed, "q4-v2", "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf")
+    bed.hub.fault(corrupt_at=4096)
+    try:
+        with Watcher(bed, RTX) as watch:
+            result = one(deploy(placed(bed, RTX, other), secrets=SECRETS,
+                                progress=watch.progress))
+    finally:
+        bed.hub.fault()
+    assert result.status == "failed"
+    assert "corrupt download refused" in str(result.failure)
+    assert "The old engine still serves" in str(result.failure)
+    assert "stop" not in [p for _, p, _ in watch.phases]
+    assert watch.failed_between(0, time.monotonic()) == []
+    node = bed.project.nodes[RTX]
+    assert node.models_dir is not None
+    assert not (Path(node.models_dir) / "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf").exists()
+
+
+def test_an_interrupted_download_leaves_the_old_engine_and_the_next_deploy_resumes(
+        bed: Bed) -> None:
+    other = gguf_profile(bed, "q4-v2", "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf")
+    cut = bed.gguf.stat().st_size // 2
+    bed.hub.fault(cut_after=cut)
+    try:
+        result = one(deploy(placed(bed, RTX, other), secrets=SECRETS))
+    finally:
+        bed.hub.fault()
+    assert result.status == "failed"
+    assert f"{cut} bytes kept in" in str(result.failure)
+    assert http_get(bed.project.nodes[RTX], PORT, "/health", timeout=5)[0] == 200
+    result = one(deploy(placed(bed, RTX, other), secrets=SECRETS))
+    assert result.status == "deployed", result.failure and result.failure.message
+    ranges = [r.range for r in bed.hub.requests if r.method == "GET" and
+              r.path.endswith("-v2.gguf")]
+    assert ranges[-1] == f"bytes={cut}-"
+    assert all(r.authorization for r in bed.hub.requests if r.path.endswith(".gguf"))
+
+
+def test_models_lists_what_is_staged_and_who_uses_it(bed: Bed) -> None:
+    with SshTransport(bed.project.nodes[RTX]) as transport:
+        report = staged_models(transport)
+    by_pin = {item.pin.split()[0]: item for item in report.items}
+    assert set(by_pin) >= {GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"}
+    assert any(u.endswith("*") for u in by_pin["Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"].used_by)
+    assert by_pin[GGUF_FILE].used_by and not any(
+        u.endswith("*") for u in by_pin[GGUF_FILE].used_by)
+    assert by_pin[GGUF_FILE].size == bed.gguf.stat().st_size
+
+
+def test_drift_reports_staged_weights_gone_from_the_node(bed: Bed) -> None:
+    other = gguf_profile(bed, "q4-v2", "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf")
+    project = placed(bed, RTX, other)
+    report = check_drift(project, [RTX], secrets=SECRETS)
+    assert not [i for i in report.items if i.kind == DriftKind.WEIGHTS], report.items
+    node = bed.project.nodes[RTX]
+    assert node.models_dir is not None
+    staged = Path(node.models_dir) / "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"
+    kept = staged.with_name("moved-away.gguf")
+    staged.rename(kept)
+    try:
+        report = check_drift(project, [RTX], secrets=SECRETS)
+    finally:
+        kept.rename(staged)
+    [item] = [i for i in report.items if i.kind == DriftKind.WEIGHTS]
+    assert item.message.startswith(f"sim-5090/wt: the node holds no {GGUF_REPO}/"
+                                   "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf@main sha256:")
+    assert item.message.endswith("the engine cannot boot again with the hub offline; deploy "
+                                 "again to stage it")
+
+
+# -- vLLM: a snapshot, fetched by huggingface_hub in the engine's image --------------------------
+def test_a_snapshot_is_staged_by_the_real_client_and_vllm_boots_from_it_offline(
+        bed: Bed) -> None:
+    data = bed.project.profiles["qwen36-fp8"].model_dump()
+    data["name"] = "fp8-staged"
+    data["model"]["source"] = {"revision": bed.vllm_commit}
+    staged = Profile.model_validate(data)
+    node = bed.project.nodes[SPARK]
+    snapshot = (Path(node.hf_cache) / "hub" / "models--Qwen--Qwen3.6-35B-A3B-FP8" /
+                "snapshots" / bed.vllm_commit)
+    with Watcher(bed, SPARK) as watch:
+        result = one(deploy(placed(bed, SPARK, staged), secrets=SECRETS,
+                            progress=watch.progress))
+    assert result.status == "deployed", result.failure and result.failure.message
+    assert watch.messages("weights")[-1].endswith(": verified")
+    assert (snapshot / "config.json").read_bytes() == (bed.tiny_vllm / "config.json").read_bytes()
+    log = boot_log(bed, SPARK)
+    assert f"model {VLLM_REPO} kept: servefleet staged it" in log
+    assert container_env(bed, SPARK)["HF_HUB_OFFLINE"] == "1"
+    status, body = http_get(node, PORT, "/v1/models", timeout=30)
+    assert status == 200 and b"qwen36" in body
+    # A moved revision in git is another release: the plan changes, nothing moves by itself.
+    moved = bed.scratch / "moved-revision"
+    shutil.copytree(bed.tiny_vllm, moved, dirs_exist_ok=True)
+    (moved / "generation_config.json").write_text('{"temperature": 0.5}\n')
+    new_commit = bed.hub.add_repo(VLLM_REPO, moved)
+    data["model"]["source"] = {"revision": new_commit}
+    repinned = placed(bed, SPARK, Profile.model_validate(data))
+    report = check_drift(repinned, [SPARK], secrets=SECRETS)
+    assert [i.kind for i in report.items if i.kind == DriftKind.RELEASE] == [DriftKind.RELEASE]
