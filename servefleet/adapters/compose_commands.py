@@ -246,6 +246,11 @@ STAGE_WEIGHTS_SCRIPT = (
 )
 
 
+def remove_container(name: str) -> list[str]:
+    """``docker rm -f NAME``, quiet and successful when there is none."""
+    return _sh('docker rm -f "$1" >/dev/null 2>&1; true', name)
+
+
 def weights_container(deployment: str) -> str:
     """The staging container's name (one per deployment at a time)."""
     return WEIGHTS_PROJECT_PREFIX + deployment

@@ -218,3 +218,18 @@ def test_a_staging_that_ends_without_a_status_fails_and_says_what_is_cached() ->
         f"n1: staging {REPO}@{'a' * 40} failed: the staging command ended without a status. "
         "The old engine still serves; 1.0 KiB of 2.0 KiB is cached under /srv/hf and the "
         "next deploy resumes from there")
+
+
+def test_weights_that_do_not_fit_the_disk_are_refused_before_any_byte(
+        hub: LocalHub, model: Path, gguf: tuple[Path, str], small_disk: Path,
+        need_program) -> None:
+    need_program("curl")
+    commit = hub.add_repo(REPO, model)
+    status, lines = _fetch_snapshot(hub, small_disk / "hf", commit)
+    assert status == 7
+    assert "the files still to fetch take" in lines[-1]
+    assert "servefleet models NODE --prune" in lines[-1]
+    _, sha = gguf
+    status, lines = _fetch_file(_file_env(hub, small_disk / "tiny.gguf", sha))
+    assert status == 7 and "the file still to fetch takes 409600 bytes" in lines[-1]
+    assert not [r for r in hub.requests if r.method == "GET" and "/resolve/" in r.path]

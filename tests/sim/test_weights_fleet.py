@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from servefleet.adapters.drift_collect.check import check_fleet as check_drift
-from servefleet.adapters.rollout import NodeResult, ProgressEvent, deploy
+from servefleet.adapters.rollout import Abort, NodeResult, ProgressEvent, deploy
 from servefleet.adapters.ssh import SshTransport
 from servefleet.adapters.weights.models import staged_models
 from servefleet.core.drift.items import DriftKind
@@ -79,7 +79,8 @@ def bed(real_engines: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> 
     [gguf] = installs["llama.cpp"].models.values()
     [tiny_vllm] = installs["vllm"].models.values()
     repo = tmp_path_factory.mktemp("gguf-repo")
-    for name in (GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"):
+    for name in (GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf",
+                 "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf"):
         (repo / name).symlink_to(gguf)
     with LocalHub(host="0.0.0.0", token=SECRETS["HF_TOKEN"]) as hub:
         hub.add_repo(GGUF_REPO, repo)
@@ -246,25 +247,57 @@ def test_an_interrupted_download_leaves_the_old_engine_and_the_next_deploy_resum
     assert all(r.authorization for r in bed.hub.requests if r.path.endswith(".gguf"))
 
 
+def test_a_signal_during_staging_stops_the_fetch_and_leaves_the_old_engine_serving(
+        bed: Bed) -> None:
+    v3 = gguf_profile(bed, "q4-v3", "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf")
+    abort = Abort()
+
+    def progress(event: ProgressEvent) -> None:
+        if event.phase == "weights" and event.message.startswith("fetching"):
+            abort.trip("SIGINT")
+
+    bed.hub.fault(bytes_per_second=max(bed.gguf.stat().st_size // 20, 1))
+    try:
+        result = one(deploy(placed(bed, RTX, v3), secrets=SECRETS, progress=progress,
+                            abort=abort))
+    finally:
+        bed.hub.fault()
+    # Nothing was stopped: the deployment failed, interrupted, with the old engine serving.
+    assert result.status == "failed", result.failure
+    assert result.failure is not None and result.failure.failure_class == "interrupted"
+    assert result.failure.message == (
+        "sim-5090: interrupted by SIGINT while staging the weights: the old engine still "
+        "serves, and the next deploy resumes the fetch")
+    assert http_get(bed.project.nodes[RTX], PORT, "/health", timeout=5)[0] == 200
+    with SshTransport(bed.project.nodes[RTX]) as transport:
+        left = transport.run(["docker", "ps", "-aq", "--filter",
+                              f"name=servefleetweights-{DEP}"]).text().strip()
+    assert left == "", "the staging container was removed"
+    # The next deploy fetches the rest and switches.
+    assert one(deploy(placed(bed, RTX, v3), secrets=SECRETS)).status == "deployed"
+
+
 def test_models_lists_what_is_staged_and_who_uses_it(bed: Bed) -> None:
     with SshTransport(bed.project.nodes[RTX]) as transport:
         report = staged_models(transport)
     by_pin = {item.pin.split()[0]: item for item in report.items}
-    assert set(by_pin) >= {GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"}
-    assert any(u.endswith("*") for u in by_pin["Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"].used_by)
-    assert by_pin[GGUF_FILE].used_by and not any(
-        u.endswith("*") for u in by_pin[GGUF_FILE].used_by)
+    v2, v3 = "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf", "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf"
+    assert set(by_pin) >= {GGUF_FILE, v2, v3}
+    assert any(u.endswith("*") for u in by_pin[v3].used_by)
+    for earlier in (GGUF_FILE, v2):  # releases still on the node: a rollback needs them
+        assert by_pin[earlier].used_by
+        assert not any(u.endswith("*") for u in by_pin[earlier].used_by)
     assert by_pin[GGUF_FILE].size == bed.gguf.stat().st_size
 
 
 def test_drift_reports_staged_weights_gone_from_the_node(bed: Bed) -> None:
-    other = gguf_profile(bed, "q4-v2", "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf")
-    project = placed(bed, RTX, other)
+    current = gguf_profile(bed, "q4-v3", "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf")
+    project = placed(bed, RTX, current)
     report = check_drift(project, [RTX], secrets=SECRETS)
     assert not [i for i in report.items if i.kind == DriftKind.WEIGHTS], report.items
     node = bed.project.nodes[RTX]
     assert node.models_dir is not None
-    staged = Path(node.models_dir) / "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"
+    staged = Path(node.models_dir) / "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf"
     kept = staged.with_name("moved-away.gguf")
     staged.rename(kept)
     try:
@@ -273,7 +306,7 @@ def test_drift_reports_staged_weights_gone_from_the_node(bed: Bed) -> None:
         kept.rename(staged)
     [item] = [i for i in report.items if i.kind == DriftKind.WEIGHTS]
     assert item.message.startswith(f"sim-5090/wt: the node holds no {GGUF_REPO}/"
-                                   "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf@main sha256:")
+                                   "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf@main sha256:")
     assert item.message.endswith("the engine cannot boot again with the hub offline; deploy "
                                  "again to stage it")
 

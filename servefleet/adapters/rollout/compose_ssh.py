@@ -9,6 +9,7 @@ rollout command by command.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -24,7 +25,7 @@ from servefleet.adapters.rollout.runtime import AUDIT_TIMEOUT_SECONDS
 from servefleet.adapters.rollout.target import Target
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bootlog import BootFacts
-from servefleet.core.errors import RemoteError
+from servefleet.core.errors import RemoteError, ServefleetError
 from servefleet.core.gpu import GpuProbeResult
 from servefleet.core.health_table import CheckRow
 from servefleet.core.models import Node
@@ -146,7 +147,17 @@ class ComposeSshRuntime:
         lines = (raw.decode("utf-8", "replace").rstrip("\r\n") for raw in
                  self.transport.stream_lines(argv, timeout=STAGE_TIMEOUT_SECONDS,
                                              should_stop=should_stop))
-        weights.follow(lines, spec, say, node=self.node.name)
+        try:
+            weights.follow(lines, spec, say, node=self.node.name)
+        except ServefleetError:
+            # Cut short (a signal, a dropped link): the container would go on fetching
+            # unseen. Best effort; the next staging removes a leftover first anyway.
+            with contextlib.suppress(ServefleetError):
+                self.transport.run(compose_commands.remove_container(
+                    compose_commands.weights_container(target.deployment)),
+                    timeout=RECORD_TIMEOUT_SECONDS, idempotent=True,
+                    what="remove the staging container")
+            raise
 
     def stop(self, deployment: str, *, grace_seconds: int | None = None,
              what: str = "stop the old engine") -> None:

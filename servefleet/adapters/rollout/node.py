@@ -200,8 +200,16 @@ class NodeRollout(Recovery):
                 self.runtime.stage_weights(
                     target, lambda line: self.emit("weights", target.deployment, line),
                     should_stop=lambda: self.abort.requested)
-            finally:
-                self.check_abort("stop")
+            except ServefleetError:
+                if not self.abort.requested:
+                    raise
+                if self.abort.give_up:
+                    raise GaveUp(f"{self.node.name}: gave up staging the weights on a "
+                                 "second signal") from None
+                raise StepFailed("weights", f"{self.node.name}: interrupted by "
+                                 f"{self.abort.signal_name} while staging the weights: the "
+                                 "old engine still serves, and the next deploy resumes the "
+                                 "fetch", "interrupted") from None
 
     def adopt(self, target: Target, item: PlanItem) -> DeploymentResult:
         """Take a hand-started engine over as ``target`` without restarting it: upload the

@@ -17,7 +17,7 @@ dir=$(dirname "$dest")
 name=$(basename "$dest")
 record="$dir/.servefleet/$name.verified"
 part="$dest.partial"
-size_of() { stat -c %s "$1" 2>/dev/null || wc -c < "$1" 2>/dev/null || echo 0; }
+size_of() { stat -c %s "$1" 2>/dev/null || { wc -c < "$1"; } 2>/dev/null || echo 0; }
 
 if [ -f "$dest" ]; then
     if [ -f "$record" ] && [ "$(cat "$record")" = "$want $(size_of "$dest")" ]; then
@@ -45,9 +45,19 @@ else
     total=0
     if head=$(curl -fsSIL -H "@$headers" "$url" 2>/dev/null); then
         total=$(printf '%s\n' "$head" | tr -d '\r' |
-            awk 'tolower($1) == "content-length:" { n = $2 } END { print n + 0 }')
+            awk 'tolower($1) == "content-length:" { n = $2 } END { printf "%.0f\n", n }')
     fi
     say plan 1 "$total" "$(size_of "$part")"
+    # 1 GiB stays free: an engine, its logs and Docker share that disk.
+    free=$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 { printf "%.0f\n", $4 * 1024 }')
+    missing=$((total - $(size_of "$part")))
+    if [ -n "$free" ] && [ "$total" -gt 0 ] && [ "$missing" -gt $((free - 1073741824)) ]; then
+        rm -f "$headers"
+        say error "the file still to fetch takes $missing bytes and $dir has $free free" \
+            "(keeping 1073741824 spare): free space, or prune with" \
+            "\`servefleet models NODE --prune\`"
+        exit 7
+    fi
     curl -fsSL -C - -H "@$headers" -o "$part" "$url" 2>/tmp/servefleet-weights-curl &
     pid=$!
     while kill -0 "$pid" 2>/dev/null; do

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 PROGRESS_EVERY_SECONDS = 2.0
+SPARE_BYTES = 1 << 30
+"""Left free on the cache's filesystem: an engine, its logs and Docker share that disk."""
 
 
 def say(*words: object) -> None:
@@ -114,7 +116,16 @@ def main() -> int:
                          "secret_env: [HF_TOKEN] and the stack a token that may read it")
         return 5
     total = sum(int(entry.size) for entry in tree)
-    say("plan", len(tree), total, present_bytes(folder / "blobs", tree))
+    present = present_bytes(folder / "blobs", tree)
+    say("plan", len(tree), total, present)
+    cache.mkdir(parents=True, exist_ok=True)
+    stat = os.statvfs(cache)
+    free = stat.f_bavail * stat.f_frsize
+    if total - present > free - SPARE_BYTES:
+        say("error", f"the files still to fetch take {total - present} bytes and the cache's "
+                     f"filesystem has {free} free (keeping {SPARE_BYTES} spare): free space, "
+                     "or prune with `servefleet models NODE --prune`")
+        return 7
     finished = threading.Event()
 
     def report() -> None:
