@@ -163,6 +163,8 @@ def node_document(spec: NodeSpec, node: NodeLayout, *, client_key: Path, host_ke
             "port": 22,
             "identity_file": str(client_key),
             "host_keys": [host_key],
+            # The node's sshd reads its own file (sshd_config AuthorizedKeysFile).
+            "authorized_keys": str(node.authorized_keys),
         },
         "arch": spec.arch,
         "gpus": [{

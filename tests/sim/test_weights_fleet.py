@@ -40,6 +40,7 @@ PORT = 8003
 SECRETS = {"HF_TOKEN": "hf_weights-test-secret"}
 RTX = "sim-5090"
 SPARK = "sim-spark-1"
+SPARK2 = "sim-spark-2"
 GGUF_REPO = "unsloth/Qwen3.6-35B-A3B-GGUF"
 GGUF_FILE = "Qwen3.6-35B-A3B-Q4_K_M.gguf"
 VLLM_REPO = "Qwen/Qwen3.6-35B-A3B-FP8"
@@ -60,7 +61,7 @@ class Bed:
 
 def forget_staged(project: Project) -> None:
     """Remove what these tests stage from the nodes' folders, so every run fetches."""
-    for name in (RTX, SPARK):
+    for name in (RTX, SPARK, SPARK2):
         node = project.nodes[name]
         if node.models_dir is not None:
             models = Path(node.models_dir)
@@ -85,7 +86,7 @@ def bed(real_engines: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> 
     with LocalHub(host="0.0.0.0", token=SECRETS["HF_TOKEN"]) as hub:
         hub.add_repo(GGUF_REPO, repo)
         commit = hub.add_repo(VLLM_REPO, Path(tiny_vllm))
-        for project in wiped_project(real_engines, DEP, [RTX, SPARK]):
+        for project in wiped_project(real_engines, DEP, [RTX, SPARK, SPARK2]):
             nodes = {name: node.model_copy(update={
                 "hf_endpoint": f"http://{real_engines.nodes[name].host_address}:{hub.port}"})
                 for name, node in project.nodes.items() if name in real_engines.nodes}
@@ -312,12 +313,17 @@ def test_drift_reports_staged_weights_gone_from_the_node(bed: Bed) -> None:
 
 
 # -- vLLM: a snapshot, fetched by huggingface_hub in the engine's image --------------------------
-def test_a_snapshot_is_staged_by_the_real_client_and_vllm_boots_from_it_offline(
-        bed: Bed) -> None:
+def snapshot_profile(bed: Bed) -> Profile:
     data = bed.project.profiles["qwen36-fp8"].model_dump()
     data["name"] = "fp8-staged"
     data["model"]["source"] = {"revision": bed.vllm_commit}
-    staged = Profile.model_validate(data)
+    return Profile.model_validate(data)
+
+
+def test_a_snapshot_is_staged_by_the_real_client_and_vllm_boots_from_it_offline(
+        bed: Bed) -> None:
+    staged = snapshot_profile(bed)
+    data = staged.model_dump()
     node = bed.project.nodes[SPARK]
     snapshot = (Path(node.hf_cache) / "hub" / "models--Qwen--Qwen3.6-35B-A3B-FP8" /
                 "snapshots" / bed.vllm_commit)
@@ -341,3 +347,29 @@ def test_a_snapshot_is_staged_by_the_real_client_and_vllm_boots_from_it_offline(
     repinned = placed(bed, SPARK, Profile.model_validate(data))
     report = check_drift(repinned, [SPARK], secrets=SECRETS)
     assert [i.kind for i in report.items if i.kind == DriftKind.RELEASE] == [DriftKind.RELEASE]
+
+
+def test_the_second_spark_copies_the_snapshot_from_the_first_over_the_fast_link(
+        bed: Bed) -> None:
+    staged = snapshot_profile(bed)
+    before = len(bed.hub.requests)
+    with Watcher(bed, SPARK2) as watch:
+        result = one(deploy(placed(bed, SPARK2, staged), secrets=SECRETS,
+                            progress=watch.progress))
+    assert result.status == "deployed", result.failure and result.failure.message
+    shown = watch.messages("weights")
+    assert shown[0].startswith("copying "), shown
+    assert f"from {SPARK} over the fast link" in shown[0]
+    assert shown[1].startswith(f"copied from {SPARK} in ")
+    assert shown[-1].endswith("already staged and verified")
+    # Not one byte of the weights came from the hub.
+    fetched = [r for r in bed.hub.requests[before:] if "/resolve/" in r.path]
+    assert fetched == []
+    node = bed.project.nodes[SPARK2]
+    snapshot = (Path(node.hf_cache) / "hub" / "models--Qwen--Qwen3.6-35B-A3B-FP8" /
+                "snapshots" / bed.vllm_commit)
+    assert (snapshot / "config.json").read_bytes() == (bed.tiny_vllm / "config.json").read_bytes()
+    assert f"model {VLLM_REPO} kept: servefleet staged it" in boot_log(bed, SPARK2)
+    # The one-copy key is gone from the neighbour.
+    keys = Path(bed.project.nodes[SPARK].ssh.authorized_keys or "/nonexistent")
+    assert "servefleet-weights-" not in keys.read_text()

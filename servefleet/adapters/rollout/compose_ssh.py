@@ -24,11 +24,12 @@ from servefleet.adapters.node_health import HealthOptions, gate_checks
 from servefleet.adapters.rollout.runtime import AUDIT_TIMEOUT_SECONDS
 from servefleet.adapters.rollout.target import Target
 from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.weights.peers import PeerCopy
 from servefleet.core.bootlog import BootFacts
 from servefleet.core.errors import RemoteError, ServefleetError
 from servefleet.core.gpu import GpuProbeResult
 from servefleet.core.health_table import CheckRow
-from servefleet.core.models import Node
+from servefleet.core.models import Node, Profile
 from servefleet.core.observed import (
     ObservedContainer,
     ObservedDeployment,
@@ -39,7 +40,7 @@ from servefleet.core.observed import (
     parse_preflight,
 )
 from servefleet.core.project import Project
-from servefleet.core.render.weights import WEIGHTS_SERVICE
+from servefleet.core.render.weights import WEIGHTS_SERVICE, WeightsSpec
 
 MIN_FREE_DISK_BYTES = 1 << 30
 """Refuse to deploy onto a node with less free space than this under its base directory."""
@@ -55,8 +56,10 @@ STAGE_TIMEOUT_SECONDS = 6 * 3600
 class ComposeSshRuntime:
     """A node reached over SSH, its engines run by Docker Compose."""
 
-    def __init__(self, transport: SshTransport) -> None:
+    def __init__(self, transport: SshTransport, *, peers: PeerCopy | None = None) -> None:
         self.transport = transport
+        self.peers = peers
+        """The fleet's other nodes, to copy staged weights from (``None``: the hub only)."""
         self.node: Node = transport.node
         self.compose_cmd: tuple[str, ...] = ("docker", "compose")
         """``docker compose`` or ``docker-compose``, whichever preflight found."""
@@ -141,6 +144,8 @@ class ComposeSshRuntime:
         its lines turned into progress as they come."""
         spec = target.weights
         assert spec is not None
+        if self.peers is not None and target.profile is not None:
+            self._copy_from_peer(self.peers, target.profile, spec, say)
         argv = compose_commands.stage_weights(
             self.compose_cmd, self.node.base_dir, target.deployment, target.release_id,
             target.compose_files, WEIGHTS_SERVICE, weights.program(spec.tool).decode())
@@ -158,6 +163,19 @@ class ComposeSshRuntime:
                     timeout=RECORD_TIMEOUT_SECONDS, idempotent=True,
                     what="remove the staging container")
             raise
+
+    def _copy_from_peer(self, peers: PeerCopy, profile: Profile, spec: WeightsSpec,
+                        say: Callable[[str], None]) -> None:
+        """Copy the weights from a neighbour that holds them verified, unless this node
+        does; any failure leaves the fetch to the hub."""
+        try:
+            if peers.held(self.transport, spec):
+                return
+            holder = peers.find(self.node, profile)
+            if holder is not None:
+                peers.copy(self.transport, spec, holder, say)
+        except ServefleetError as error:
+            say(f"copy from a neighbour failed ({error}); fetching from the hub instead")
 
     def stop(self, deployment: str, *, grace_seconds: int | None = None,
              what: str = "stop the old engine") -> None:

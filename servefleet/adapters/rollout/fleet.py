@@ -22,6 +22,7 @@ from servefleet.adapters.rollout.results import (
 )
 from servefleet.adapters.rollout.steps import RolloutHooks
 from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.weights.peers import PeerCopy
 from servefleet.core.errors import ConfigError, ServefleetError, ValidationFailed
 from servefleet.core.models import Deployment, Node
 from servefleet.core.observed import ObservedNode, ReleaseInfo
@@ -141,13 +142,16 @@ def _deploy(project: Project, nodes: Sequence[str] | None, strategy: Strategy | 
     mask = SecretMask.from_mapping(secrets)
     grouped = _group(releases)
     deployments = {d.key: d for d in project.deployments(list(nodes) if nodes else None)}
+    # Staged weights come from a neighbour that holds them, before the hub.
+    peers = PeerCopy(list(project.nodes.values()), lambda peer: transport_factory(peer, mask))
 
     def one(name: str) -> NodeResult:
         node = project.nodes[name]
         started = clock.monotonic()
         try:
             with transport_factory(node, mask) as transport:
-                rollout = NodeRollout(project, node, ComposeSshRuntime(transport), clock=clock,
+                runtime = ComposeSshRuntime(transport, peers=peers)
+                rollout = NodeRollout(project, node, runtime, clock=clock,
                                       progress=progress, http=http, unlock_id=unlock_id,
                                       secrets=secrets, abort=abort, hooks=hooks)
                 result = rollout.deploy(grouped[name], {

@@ -43,6 +43,9 @@ class SshSettings(StrictModel):
     is no trust-on-first-use."""
     connect_timeout_seconds: float = Field(10.0, gt=0, le=300)
     """Give up connecting after this many seconds (retried with backoff)."""
+    authorized_keys: AbsPath | None = None
+    """The file this user's sshd reads keys from, when it is not ``~/.ssh/authorized_keys``:
+    a neighbour copying staged weights from this node gets a short-lived key there."""
 
     @field_validator("host_keys")
     @classmethod
