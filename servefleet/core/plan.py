@@ -40,6 +40,7 @@ from servefleet.core.observed import ObservedContainer, ObservedDeployment
 from servefleet.core.render import FlagDiff, RenderedRelease, diff_flags
 from servefleet.core.render.engine_args import MODEL_FLAG
 from servefleet.core.render.layout import ENV_FILE
+from servefleet.core.render.weights import WeightsSpec
 
 Action = Literal["unchanged", "update", "create", "adopt"]
 
@@ -125,7 +126,11 @@ class PlanItem:
     """Secret variables whose value on the node differs from the one given (names only)."""
     adopt_container: str | None = None
     weights: str | None = None
-    """What the deploy stages before the stop, and from where (``model.source``)."""
+    """What the deploy stages before the stop (``model.source``'s pin, and the pin the
+    current release staged when it differs)."""
+    weights_source: str | None = None
+    """Where the weights come from: the hub, a neighbour, or already on the node (an
+    adapter that asked the nodes says which; else the hub)."""
     """The container started by hand that the deploy adopts (``adopt``) or stops in
     favour of the release (``create``)."""
     node_baselines: str | None = field(default=None, repr=False, compare=False)
@@ -154,7 +159,8 @@ class PlanItem:
         if self.changed_files:
             lines.append(f"  files changed: {', '.join(self.changed_files)}")
         if self.weights:
-            lines.append(f"  {self.weights}")
+            lines.append(f"  weights: stage {self.weights}, {self.weights_source}, before "
+                         "the stop")
         if self.restart:
             lines.append("  engine restarts")
         return lines
@@ -181,6 +187,7 @@ class PlanItem:
             "secrets_changed": list(self.secrets_changed),
             "adopt_container": self.adopt_container,
             "weights": self.weights,
+            "weights_source": self.weights_source,
         }
 
 
@@ -273,16 +280,22 @@ def rotated_secrets(desired: RenderedRelease, observed: ObservedDeployment,
                         if name in given and have.get(name) != digest))
 
 
+def hub_source(spec: WeightsSpec | None) -> str | None:
+    """``from huggingface.co`` (or the node's endpoint, or the file's URL)."""
+    if spec is None:
+        return None
+    return "from " + ("its URL" if spec.kind == "url" else spec.endpoint or "huggingface.co")
+
+
 def _weights_note(desired: RenderedRelease, observed: ObservedDeployment | None) -> str | None:
-    """``weights: stage <pin> from <where> before the stop (was <old pin>)``."""
+    """``<pin> (was <old pin>)``: what the deploy stages."""
     spec = desired.weights
     if spec is None:
         return None
-    where = "its URL" if spec.kind == "url" else spec.endpoint or "huggingface.co"
     staged = ((observed.manifest or {}) if observed is not None else {}).get("weights")
     old = staged.get("pin") if isinstance(staged, dict) else None
     was = f" (was {old})" if isinstance(old, str) and old != spec.pin else ""
-    return f"weights: stage {spec.pin} from {where} before the stop{was}"
+    return f"{spec.pin}{was}"
 
 
 def plan(desired: RenderedRelease, observed: ObservedDeployment | None, *,
@@ -292,7 +305,8 @@ def plan(desired: RenderedRelease, observed: ObservedDeployment | None, *,
     def item(action: Action, **details: Any) -> PlanItem:
         return PlanItem(node=desired.node, deployment=desired.deployment, action=action,
                         release_id=desired.release_id, profile=desired.profile,
-                        weights=_weights_note(desired, observed), **details)
+                        weights=_weights_note(desired, observed),
+                        weights_source=hub_source(desired.weights), **details)
 
     if observed is not None and observed.current_release is None \
             and observed.adopt_candidate is not None and observed.adopt_candidate.running:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from servefleet.adapters.drift_collect.check import check_fleet as check_drift
-from servefleet.adapters.rollout import Abort, NodeResult, ProgressEvent, deploy
+from servefleet.adapters.rollout import Abort, NodeResult, ProgressEvent, deploy, plan_fleet
 from servefleet.adapters.ssh import SshTransport
 from servefleet.adapters.weights.models import staged_models
 from servefleet.core.drift.items import DriftKind
@@ -278,6 +278,15 @@ def test_a_signal_during_staging_stops_the_fetch_and_leaves_the_old_engine_servi
     assert one(deploy(placed(bed, RTX, v3), secrets=SECRETS)).status == "deployed"
 
 
+def test_plan_says_where_the_weights_come_from(bed: Bed) -> None:
+    first = gguf_profile(bed, "q4-staged")  # staged on this node two releases ago
+    [item], _ = plan_fleet(placed(bed, RTX, first), [RTX], secrets=SECRETS)
+    assert item.action == "update"
+    assert f"  weights: stage {GGUF_REPO}/{GGUF_FILE}@main sha256:{bed.gguf_sha} (was " \
+        f"{GGUF_REPO}/Qwen3.6-35B-A3B-Q4_K_M-v3.gguf@main sha256:{bed.gguf_sha}), already " \
+        "on the node, verified, before the stop" in item.summary_lines()
+
+
 def test_models_lists_what_is_staged_and_who_uses_it(bed: Bed) -> None:
     with SshTransport(bed.project.nodes[RTX]) as transport:
         report = staged_models(transport)
@@ -352,6 +361,12 @@ def test_a_snapshot_is_staged_by_the_real_client_and_vllm_boots_from_it_offline(
 def test_the_second_spark_copies_the_snapshot_from_the_first_over_the_fast_link(
         bed: Bed) -> None:
     staged = snapshot_profile(bed)
+    [item], errors = plan_fleet(placed(bed, SPARK2, staged), [SPARK2], secrets=SECRETS)
+    assert not errors
+    assert item.weights == f"{VLLM_REPO}@{bed.vllm_commit}"
+    assert item.weights_source is not None and item.weights_source.startswith(
+        f"copied from {SPARK} over the fast link (")
+    assert f"GiB free in {bed.project.nodes[SPARK2].hf_cache})" in item.weights_source
     before = len(bed.hub.requests)
     with Watcher(bed, SPARK2) as watch:
         result = one(deploy(placed(bed, SPARK2, staged), secrets=SECRETS,

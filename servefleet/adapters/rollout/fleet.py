@@ -5,6 +5,7 @@ one node at a time for the ``rolling`` strategy)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,6 +39,15 @@ TransportFactory = Callable[[Node, SecretMask], SshTransport]
 
 def _default_transport(node: Node, mask: SecretMask) -> SshTransport:
     return SshTransport(node, mask=mask)
+
+
+def _with_weights_source(item: PlanItem, rendered: RenderedRelease, peers: PeerCopy,
+                         transport: SshTransport, project: Project) -> PlanItem:
+    """``item`` with where its weights would come from, asked of the nodes."""
+    if rendered.weights is None or not item.changes:
+        return item
+    return dataclasses.replace(item, weights_source=peers.source(
+        transport, project.profiles[rendered.profile], rendered.weights))
 
 
 def _node_error(name: str, error: Exception, started: float, clock: Clock) -> NodeResult:
@@ -88,12 +98,16 @@ def plan_fleet(project: Project, nodes: Sequence[str] | None = None,
     clock = Clock()
     grouped = _group(releases)
 
+    peers = PeerCopy(list(project.nodes.values()), lambda peer: transport_factory(peer, mask))
+
     def one(name: str) -> list[PlanItem] | NodeResult:
         started = clock.monotonic()
         try:
             with transport_factory(project.nodes[name], mask) as transport:
-                return NodeRollout(project, project.nodes[name], ComposeSshRuntime(transport)).plan(
-                    grouped[name])[1]
+                planned = NodeRollout(project, project.nodes[name],
+                                      ComposeSshRuntime(transport)).plan(grouped[name])[1]
+                return [_with_weights_source(item, rendered, peers, transport, project)
+                        for item, rendered in zip(planned, grouped[name], strict=True)]
         except ServefleetError as error:
             return _node_error(name, error, started, clock)
 

@@ -129,6 +129,22 @@ def _holds(transport: SshTransport, spec: WeightsSpec) -> tuple[int, tuple[str, 
     return int(lines[0].split()[1]), tuple(lines[1:])
 
 
+FREE_SCRIPT = (
+    # The folder may not exist yet: its nearest existing parent is on the same filesystem.
+    'd=$1; while [ ! -d "$d" ]; do d=$(dirname "$d"); done; '
+    'df -Pk "$d" | awk \'NR == 2 { printf "%.0f\\n", $4 * 1024 }\''
+)
+SPARE_BYTES = 1 << 30
+"""What the fetchers keep free (see fetch_snapshot.py)."""
+
+
+def _free_bytes(transport: SshTransport, folder: str) -> int | None:
+    """Free bytes on the filesystem of ``folder`` on the node, if ``df`` says."""
+    text = transport.run(_sh(FREE_SCRIPT, folder), idempotent=True,
+                         what="read the free disk space").text().strip()
+    return int(text) if text.isdigit() else None
+
+
 @dataclass
 class PeerCopy:
     """Copies a release's weights from the fleet's other nodes (see the module docstring)."""
@@ -162,6 +178,34 @@ class PeerCopy:
             if found is not None:
                 return Holder(peer, spec, found[1], found[0])
         return None
+
+    def source(self, transport: SshTransport, profile: Profile, spec: WeightsSpec) -> str:
+        """Where a deploy would take the weights from, and whether they fit the disk (for
+        ``plan``): already here, a neighbour, or the hub."""
+        hub = "from " + ("its URL" if spec.kind == "url" else spec.endpoint or
+                         "huggingface.co")
+        try:
+            if self.held(transport, spec):
+                return "already on the node, verified"
+            holder = self.find(transport.node, profile)
+            free = _free_bytes(transport, spec.host_folder)
+        except ServefleetError as error:
+            return f"{hub} (the nodes could not be asked: {error})"
+        if holder is not None:
+            where = (f"copied from {holder.node.name} over the "
+                     f"{_route(holder.node, transport.node)[1]}")
+            need: float | None = holder.size
+        else:
+            where, weights_gib = hub, profile.model.weights_gib
+            need = weights_gib * (1 << 30) if weights_gib else None
+        if free is None:
+            return where
+        room = f"{free / (1 << 30):.1f} GiB free in {spec.host_folder}"
+        if need is not None and need > free - SPARE_BYTES:
+            return (f"{where} (about {need / (1 << 30):.1f} GiB; only {room}, with 1 GiB "
+                    "kept spare: the staging will refuse to start; free space, or prune "
+                    "with `servefleet models NODE --prune`)")
+        return f"{where} ({room})"
 
     def copy(self, transport: SshTransport, spec: WeightsSpec, holder: Holder,
              say: Callable[[str], None]) -> None:
