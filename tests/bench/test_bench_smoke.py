@@ -194,3 +194,19 @@ def test_bench_pulumi(sim_fleet: FleetHandle) -> None:
     assert lines_matching(out, r"^  sim stack, 3 nodes :\s+[\d.]+ s")
     assert lines_matching(out, r"^  empty program      :\s+[\d.]+ s")
     assert lines_matching(out, r"^  servefleet adds    :\s+-?[\d.]+ s\s+\([\d.]+x the empty")
+
+
+@pytest.mark.fleet
+@pytest.mark.slow
+def test_bench_weights(sim_fleet: FleetHandle) -> None:
+    """Staging on this session's fleet, 4 MiB throttled to 2 MiB/s."""
+    clear_faults(sim_fleet)
+    out = run_bench("bench_weights.py", "--mib", "4", "--rate", "2", timeout=400)
+    assert lines_matching(out, r"^   staging took [\d.]+ s; the old engine answered (\d+) of "
+                               r"\1 health checks in that time \(100\.0%\)$")
+    assert lines_matching(out, r"^   plain curl over SSH: +[\d.]+ s")
+    assert lines_matching(out, r"^   servefleet staging: +[\d.]+ s \([\d.]+x the baseline")
+    assert lines_matching(out, r"^   from the neighbour: +[\d.]+ s \([\d.]+x the staging from "
+                               r"the hub; hub downloads of the file: 2,")
+    assert lines_matching(out, r"weights: copying 4194304 bytes from sim-5090 over the fast "
+                               r"link")

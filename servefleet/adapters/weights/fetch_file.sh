@@ -60,9 +60,14 @@ else
     fi
     curl -fsSL -C - -H "@$headers" -o "$part" "$url" 2>/tmp/servefleet-weights-curl &
     pid=$!
+    # Checked five times a second (a short download ends without waiting), told every 2 s.
+    ticks=0
     while kill -0 "$pid" 2>/dev/null; do
-        sleep 2
-        say progress "$(size_of "$part")" "$total"
+        sleep 0.2 2>/dev/null || sleep 1
+        ticks=$((ticks + 1))
+        if [ $((ticks % 10)) -eq 0 ]; then
+            say progress "$(size_of "$part")" "$total"
+        fi
     done
     wait "$pid"
     status=$?
