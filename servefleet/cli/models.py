@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import click
 
 from servefleet.cli.main import CliContext
 from servefleet.cli.rollout_common import console
+
+
+def _short(pin: str) -> str:
+    """A pin with its digests cut to 12 hex digits, for a table."""
+    return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{28,52}\b", r"\1…", pin)
 
 
 def _size(count: int) -> str:
@@ -52,7 +58,8 @@ def models_command(obj: CliContext, node: str, prune: bool, as_json: bool) -> No
         for column in ("kind", "weights", "size", "used by", *(("pruned",) if prune else ())):
             table.add_column(column)
         for item in report.items:
-            row = [item.kind, item.pin, _size(item.size), ", ".join(item.used_by) or "-"]
+            row = [item.kind, _short(item.pin), _size(item.size),
+                   ", ".join(item.used_by) or "-"]
             if prune:
                 row.append("yes" if item.pruned else "no (in use)" if item.pruned is None
                            else "FAILED")

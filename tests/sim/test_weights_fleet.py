@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from servefleet.adapters.drift_collect.check import check_fleet as check_drift
 from servefleet.adapters.rollout import Abort, NodeResult, ProgressEvent, deploy, plan_fleet
 from servefleet.adapters.ssh import SshTransport
 from servefleet.adapters.weights.models import staged_models
+from servefleet.cli.main import build_cli
 from servefleet.core.drift.items import DriftKind
 from servefleet.core.models import Deployment, Profile
 from servefleet.core.project import Project
@@ -238,7 +240,14 @@ def test_an_interrupted_download_leaves_the_old_engine_and_the_next_deploy_resum
     finally:
         bed.hub.fault()
     assert result.status == "failed"
-    assert f"{cut} bytes kept in" in str(result.failure)
+    assert result.failure is not None
+    assert result.failure.message.startswith(
+        f"sim-5090: staging {GGUF_REPO}/Qwen3.6-35B-A3B-Q4_K_M-v2.gguf@main sha256:"
+        f"{bed.gguf_sha} failed: download stopped (curl exit 18: ")
+    assert result.failure.message.endswith(
+        f"The old engine still serves; {cut / (1 << 20):.1f} MiB of "
+        f"{2 * cut / (1 << 20):.1f} MiB is cached under {bed.project.nodes[RTX].models_dir} "
+        "and the next deploy resumes from there")
     assert http_get(bed.project.nodes[RTX], PORT, "/health", timeout=5)[0] == 200
     result = one(deploy(placed(bed, RTX, other), secrets=SECRETS))
     assert result.status == "deployed", result.failure and result.failure.message
@@ -288,6 +297,11 @@ def test_plan_says_where_the_weights_come_from(bed: Bed) -> None:
 
 
 def test_models_lists_what_is_staged_and_who_uses_it(bed: Bed) -> None:
+    shown = CliRunner(env={"COLUMNS": "120"}).invoke(
+        build_cli(), ["--project", str(bed.project.root), "--stack", "sim", "models", RTX])
+    assert shown.exit_code == 0, shown.output
+    for name in (GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf"):
+        assert f"file  {name} sha256:{bed.gguf_sha[:12]}…" in shown.output
     with SshTransport(bed.project.nodes[RTX]) as transport:
         report = staged_models(transport)
     by_pin = {item.pin.split()[0]: item for item in report.items}

@@ -72,16 +72,16 @@ else
     wait "$pid"
     status=$?
     rm -f "$headers"
+    say progress "$(size_of "$part")" "$total"
     if [ "$status" -ne 0 ]; then
         if grep -q -e ' 401' -e ' 403' /tmp/servefleet-weights-curl; then
             say error "the hub refused access (gated or private): the profile needs" \
                 "secret_env: [HF_TOKEN] and the stack a token that may read it"
         fi
-        say error "download stopped (curl exit $status: $(head -c 300 /tmp/servefleet-weights-curl | tr '\n' ' '));" \
-            "$(size_of "$part") bytes kept in $part for the next deploy to resume"
+        say error "download stopped (curl exit $status:" \
+            "$(head -c 300 /tmp/servefleet-weights-curl | tr '\n' ' ' | sed 's/ *$//'))"
         exit 5
     fi
-    say progress "$(size_of "$part")" "$total"
     got=$(sha256sum "$part" | cut -d' ' -f1)
     if [ "$got" != "$want" ]; then
         rm -f "$part"
