@@ -368,3 +368,25 @@ def test_an_engine_without_a_matching_gate_mark_is_ungated(release: RenderedRele
         [item] = compare(_desired(release), _with(clean, gated=mark))
         assert item.kind is DriftKind.UNGATED_ENGINE
         assert why in item.message and "run servefleet deploy" in item.message
+
+
+def test_staged_weights_gone_from_the_cache_name_the_revisions_it_holds(
+        release: RenderedRelease) -> None:
+    pin = "Qwen/Qwen3.6-35B-A3B-FP8@" + "a" * 40
+    clean = _clean(release)
+    manifest = {**(clean.deployments["main"].manifest or {}), "weights": {"pin": pin}}
+    held = _with(clean, manifest=manifest,
+                 weights={"present": True, "verified": True, "revisions": ["a" * 40]})
+    assert compare(_desired(release), held) == []
+    moved = _with(clean, manifest=manifest,
+                  weights={"present": False, "verified": False, "revisions": ["b" * 40]})
+    [item] = [i for i in compare(_desired(release), moved) if i.kind is DriftKind.WEIGHTS]
+    assert (item.expected, item.observed) == (pin, "b" * 40)
+    assert item.message == (
+        f"dgx-spark-2/main: the node holds no {pin} (the cache holds bbbbbbbbbbbb): the "
+        "engine cannot boot again with the hub offline; deploy again to stage it")
+    unverified = _with(clean, manifest=manifest,
+                       weights={"present": True, "verified": False, "revisions": ["a" * 40]})
+    [item] = [i for i in compare(_desired(release), unverified)
+              if i.kind is DriftKind.WEIGHTS]
+    assert item.observed == "unverified"

@@ -314,6 +314,23 @@ def test_models_lists_what_is_staged_and_who_uses_it(bed: Bed) -> None:
     assert by_pin[GGUF_FILE].size == bed.gguf.stat().st_size
 
 
+def test_models_prune_removes_what_no_release_on_the_node_uses(bed: Bed) -> None:
+    node = bed.project.nodes[RTX]
+    assert node.models_dir is not None
+    models = Path(node.models_dir)
+    with SshTransport(node) as transport:
+        # Every release but the current one goes: their weights are needed no more.
+        transport.run(["sh", "-c", 'cd "$1/releases" && for r in *; do '
+                       '[ "$r" = "$(basename "$(readlink ../current)")" ] || rm -rf "$r"; '
+                       'done', "sh", f"{node.base_dir}/{DEP}"])
+        report = staged_models(transport, prune=True)
+    pruned = sorted(i.pin.split()[0] for i in report.items if i.pruned)
+    assert pruned == [GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"]
+    assert not (models / GGUF_FILE).exists()
+    assert (models / "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf").is_file()
+    assert http_get(node, PORT, "/health", timeout=5)[0] == 200
+
+
 def test_drift_reports_staged_weights_gone_from_the_node(bed: Bed) -> None:
     current = gguf_profile(bed, "q4-v3", "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf")
     project = placed(bed, RTX, current)
