@@ -22,6 +22,7 @@ from typing import NoReturn
 import pytest
 from click.testing import CliRunner, Result
 
+from servefleet.sim.hub import LocalHub
 from servefleet.sim.testbed import FleetHandle
 from tests.shared_data import shared_missing
 
@@ -49,6 +50,13 @@ def require_program(name: str) -> str:
     if found is None:
         component_unavailable(f"{name} is not installed (scripts/bootstrap installs it)")
     return found
+
+
+@pytest.fixture
+def hub() -> Iterator[LocalHub]:
+    """A local Hugging Face hub (:mod:`servefleet.sim.hub`) on 127.0.0.1 for one test."""
+    with LocalHub() as served:
+        yield served
 
 
 @pytest.fixture(scope="session")

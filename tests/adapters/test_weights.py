@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,6 @@ from servefleet.sim.hub import LocalHub
 from tests.hub_client import client_env
 
 REPO = "Qwen/Tiny-FP8"
-
-
-@pytest.fixture
-def hub() -> Iterator[LocalHub]:
-    with LocalHub() as served:
-        yield served
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +27,6 @@ from tests.hub_client import client_env
 
 REPO = "org/name"
 CHUNK = 10 * 1024 * 1024  # huggingface_hub's DOWNLOAD_CHUNK_SIZE: it resumes at this grain
-
-
-@pytest.fixture
-def hub() -> Iterator[LocalHub]:
-    with LocalHub() as served:
-        yield served
 
 
 @pytest.fixture
