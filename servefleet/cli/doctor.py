@@ -18,7 +18,7 @@ import click
 from servefleet.cli.main import CliContext
 
 if TYPE_CHECKING:
-    from servefleet.core.doctor import Check, DoctorFacts, DoctorSettings
+    from servefleet.core.doctor import Check, DoctorFacts, DoctorSettings, StagedHere
     from servefleet.core.models import Node
 
 MAX_PARALLEL = 16
@@ -60,8 +60,22 @@ def _chosen_nodes(obj: CliContext, names: tuple[str, ...]
     return chosen, files, placements, stack_file
 
 
+def _staged(obj: CliContext, chosen: list[Node]) -> dict[str, dict[str, StagedHere]]:
+    """Node → disk kind → the weights the stack stages there; empty where the stack or
+    the profiles do not load (``validate`` says why; the other checks still run)."""
+    from servefleet.core.doctor import staged_weights
+    from servefleet.core.project import load_profiles, load_stack
+
+    stack, _, _ = load_stack(obj.project_dir, obj.stack)
+    if stack is None:
+        return {}
+    profiles = load_profiles(obj.project_dir)[0]
+    return {node.name: staged_weights(stack, node, profiles) for node in chosen}
+
+
 def _examine(node: Node, inventory_file: str, placed: dict[int, tuple[str, ...]] | None,
-             stack_file: str, settings: DoctorSettings, gpu_image: str | None
+             stack_file: str, settings: DoctorSettings, gpu_image: str | None,
+             staged: dict[str, StagedHere] | None = None,
              ) -> tuple[list[Check], DoctorFacts | None]:
     """One node: the round trip, then the verdicts."""
     from servefleet.adapters.doctor import read_node
@@ -78,7 +92,8 @@ def _examine(node: Node, inventory_file: str, placed: dict[int, tuple[str, ...]]
                            inventory_file)], None
     facts = parse_doctor(reading.text)
     checks = judge(node, facts, trip=reading.trip, gpu=gpu, placements=placed or {},
-                   settings=settings, inventory_file=inventory_file, stack_file=stack_file)
+                   settings=settings, inventory_file=inventory_file, stack_file=stack_file,
+                   staged=staged)
     if placed is None:
         checks.append(Check(check="ports", verdict="warn",
                             detail=f"not checked: {stack_file} did not load",
@@ -112,6 +127,7 @@ def doctor_command(obj: CliContext, nodes: tuple[str, ...], as_json: bool,
     from servefleet.core.doctor import DoctorSettings, failed, line
 
     chosen, files, placements, stack_file = _chosen_nodes(obj, nodes)
+    staged = _staged(obj, chosen)
     settings = DoctorSettings(min_free_images_gib=min_free_images_gib,
                               min_free_weights_gib=min_free_weights_gib,
                               gpu_timeout_seconds=gpu_timeout)
@@ -119,7 +135,7 @@ def doctor_command(obj: CliContext, nodes: tuple[str, ...], as_json: bool,
         results = list(pool.map(
             lambda n: _examine(n, files[n.name],
                                None if placements is None else placements[n.name],
-                               stack_file, settings, gpu_image), chosen))
+                               stack_file, settings, gpu_image, staged.get(n.name)), chosen))
     any_failed = any(failed(checks) for checks, _ in results)
     if as_json:
         click.echo(json.dumps({

@@ -18,12 +18,14 @@ from servefleet.core.doctor.judge import (
     DoctorSettings,
     GpuContainer,
     RoundTrip,
+    StagedHere,
     clock_skew,
     failed,
     judge,
     line,
     placed_ports,
     ssh_failed,
+    staged_weights,
 )
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "DoctorSettings",
     "GpuContainer",
     "RoundTrip",
+    "StagedHere",
     "clock_skew",
     "failed",
     "judge",
@@ -44,4 +47,5 @@ __all__ = [
     "parse_doctor",
     "placed_ports",
     "ssh_failed",
+    "staged_weights",
 ]

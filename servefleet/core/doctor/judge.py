@@ -12,9 +12,13 @@ from typing import Literal
 
 from servefleet.core.doctor.facts import DiskFact, DoctorFacts
 from servefleet.core.gpu import gpu_name_matches
-from servefleet.core.models import Node
+from servefleet.core.models import Node, Profile
 from servefleet.core.models.common import StrictModel
 from servefleet.core.models.stack import StackConfig
+from servefleet.core.render.weights import weights_for
+
+StagedHere = tuple[float, tuple[str, ...]]
+"""GiB of staged weights on one disk, and ``deployment: pin`` of each."""
 
 Verdict = Literal["pass", "warn", "fail"]
 GIB = 1 << 30
@@ -239,22 +243,52 @@ def _size(free_bytes: int) -> str:
     return f"{free_bytes / GIB:.1f} GiB" if free_bytes >= GIB else f"{free_bytes >> 20} MiB"
 
 
-def _disk(disk: DiskFact, settings: DoctorSettings) -> Check:
+def staged_weights(stack: StackConfig, node: Node, profiles: Mapping[str, Profile],
+                   ) -> dict[str, StagedHere]:
+    """Disk kind → the weights the stack's deployments on ``node`` stage there (their
+    ``model.source``), sized by each profile's ``weights_gib``."""
+    found: dict[str, StagedHere] = {}
+    for deployment in stack.for_node(node.name):
+        profile = profiles.get(deployment.profile)
+        spec = weights_for(profile, node) if profile is not None else None
+        if profile is None or spec is None:
+            continue
+        kind = "hf_cache" if spec.kind == "snapshot" else "models"
+        gib, names = found.get(kind, (0.0, ()))
+        found[kind] = (gib + (profile.model.weights_gib or 0.0),
+                       (*names, f"{deployment.name}: {spec.pin}"))
+    return found
+
+
+def _disk(disk: DiskFact, settings: DoctorSettings, staged: StagedHere | None = None,
+          ) -> Check:
     name = _DISK_NAMES[disk.kind]
     if disk.free_bytes is None or disk.checked is None:
         return Check(check=name, verdict="warn", detail=f"df could not read {disk.path}",
                      fix=f"run `df -h {disk.path}` on the node")
     images = disk.kind == "images"
     need = settings.min_free_images_gib if images else settings.min_free_weights_gib
+    why = ""
+    if staged is not None and staged[0] > need:
+        # Staged before the stop (docs/weights.md): counted whole, as on a first deploy.
+        need = staged[0]
+        why = (f": the stack stages {staged[0]:.1f} GiB of weights here "
+               f"({'; '.join(staged[1])}), counted as if none were there yet")
     where = disk.path if disk.checked == disk.path else \
         f"{disk.path} (not there yet; {disk.checked})"
     detail = f"{_size(disk.free_bytes)} free under {where}"
     if disk.free_bytes >= need * GIB:
-        return Check(check=name, verdict="pass", detail=f"{detail} (need {need:g} GiB)")
+        return Check(check=name, verdict="pass", detail=f"{detail} (need {need:g} GiB{why})")
     option = "--min-free-images-gib" if images else "--min-free-weights-gib"
     how = ("free space: docker image prune -a; docker builder prune" if images else
            "free space: remove models no deployment uses (`hf cache delete` for the HF "
            "cache)")
+    if why:
+        return Check(check=name, verdict="fail", detail=f"{detail}, below {need:g} GiB{why}",
+                     fix="free space: `servefleet models NODE --prune` removes what "
+                         "servefleet staged and no release uses, `hf cache delete` the rest; "
+                         "a deploy's staging refuses weights that do not fit, before the "
+                         "old engine stops")
     return Check(check=name, verdict="fail", detail=f"{detail}, below {need:g} GiB",
                  fix=f"{how}; or lower {option} if this node's engines need less")
 
@@ -392,16 +426,18 @@ def _clock(facts: DoctorFacts, trip: RoundTrip, settings: DoctorSettings) -> Che
 
 def judge(node: Node, facts: DoctorFacts, *, trip: RoundTrip, gpu: GpuContainer,
           placements: Mapping[int, Sequence[str]], settings: DoctorSettings,
-          inventory_file: str, stack_file: str) -> list[Check]:
+          inventory_file: str, stack_file: str,
+          staged: Mapping[str, StagedHere] | None = None) -> list[Check]:
     """Every check of a node reached over SSH, in report order. ``placements``: port →
-    deployments the stack places there."""
+    deployments the stack places there; ``staged``: disk kind → the weights the stack
+    stages there (:func:`staged_weights`)."""
     checks = [_ssh(node), _docker(facts), _compose(facts), _gpu(node, facts, gpu),
               _access(node, facts)]
     if not any(d.kind == "images" for d in facts.disks):
         checks.append(Check(check=_DISK_NAMES["images"], verdict="warn",
                             detail="not checked: the Docker daemon did not name its root dir",
                             fix="fix the docker line first"))
-    checks += [_disk(disk, settings) for disk in facts.disks]
+    checks += [_disk(disk, settings, (staged or {}).get(disk.kind)) for disk in facts.disks]
     checks.append(_base_dir(node, facts))
     checks += _ports(node, facts, placements, stack_file)
     link = _fast_link(node, facts, inventory_file)

@@ -374,3 +374,34 @@ def test_placed_ports_of_single_and_multi_node_deployments() -> None:
     assert placed_ports(stack, sim_node()) == {8000: ("main",), 8001: ("second",),
                                                8002: ("tp2",), 29501: ("tp2",)}
     assert placed_ports(stack, sim_node("other")) == {8000: ("main",)}
+
+
+def test_the_weights_the_stack_stages_raise_the_disk_s_need() -> None:
+    from servefleet.core.doctor import staged_weights
+    from servefleet.core.models import Profile
+
+    node = sim_node()
+    stack = StackConfig.model_validate({
+        "stack": "home", "deployments": [{"node": "sim-5090", "name": "chat", "profile": "q4"}]})
+    profile = Profile.model_validate({
+        "name": "q4", "engine": "llama.cpp", "engine_version": "b8680",
+        "image": {"ref": "ghcr.io/ggml-org/llama.cpp:server-cuda",
+                  "digest": "sha256:" + "5" * 64},
+        "model": {"id": "unsloth/Q-GGUF", "served_name": "q", "weights_gib": 20.6,
+                  "source": {"file": "q4.gguf", "sha256": "a" * 64}},
+        "llamacpp": {"gguf": "/models/q4.gguf"}})
+    staged = staged_weights(stack, node, {"q4": profile})
+    assert staged == {"models": (20.6, (f"chat: unsloth/Q-GGUF/q4.gguf@main sha256:{'a' * 64}",))}
+    facts = parse_doctor(recorded("sim-models-disk-full"))
+    lines = [line(c) for c in judge(
+        node, facts, trip=trip_around(facts), gpu=SIM_GPU, placements={},
+        settings=SETTINGS, inventory_file="nodes/sim/sim-5090.yaml",
+        stack_file="Pulumi.sim.yaml", staged=staged)]
+    assert only(lines, "disk for weights (models dir)") == (
+        "fail  disk for weights (models dir): 0 MiB free under "
+        "/var/lib/servefleet-sim/nodes/sim-5090/models, below 20.6 GiB: the stack stages "
+        "20.6 GiB of weights here (chat: unsloth/Q-GGUF/q4.gguf@main sha256:"
+        f"{'a' * 64}), counted as if none were there yet; fix: free space: `servefleet "
+        "models NODE --prune` removes what servefleet staged and no release uses, `hf cache "
+        "delete` the rest; a deploy's staging refuses weights that do not fit, before the "
+        "old engine stops")
