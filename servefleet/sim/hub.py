@@ -25,6 +25,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -418,6 +419,17 @@ class LocalHub:
             self._faults = {}
         else:  # a new dict, not a mutation: handlers read it without a lock
             self._faults = {**self._faults, path: _Fault(bytes_per_second, cut_after, corrupt_at)}
+
+    @contextlib.contextmanager
+    def faulted(self, path: str | None = None, *, bytes_per_second: int | None = None,
+                cut_after: int | None = None, corrupt_at: int | None = None) -> Iterator[None]:
+        """:meth:`fault` while the block runs, every fault cleared after it."""
+        self.fault(path, bytes_per_second=bytes_per_second, cut_after=cut_after,
+                   corrupt_at=corrupt_at)
+        try:
+            yield
+        finally:
+            self.fault()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -183,13 +183,9 @@ def test_a_gguf_is_staged_while_the_old_engine_serves_then_loaded_offline(bed: B
     assert one(deploy(placed(bed, RTX, plain), secrets=SECRETS)).status == "deployed"
     staged = gguf_profile(bed, "q4-staged")
     # Slow enough that the staging takes seconds: the old engine must answer throughout.
-    bed.hub.fault(bytes_per_second=max(bed.gguf.stat().st_size // 3, 1))
-    try:
-        with Watcher(bed, RTX) as watch:
-            result = one(deploy(placed(bed, RTX, staged), secrets=SECRETS,
-                                progress=watch.progress))
-    finally:
-        bed.hub.fault()
+    with bed.hub.faulted(bytes_per_second=max(bed.gguf.stat().st_size // 3, 1)), \
+            Watcher(bed, RTX) as watch:
+        result = one(deploy(placed(bed, RTX, staged), secrets=SECRETS, progress=watch.progress))
     assert result.status == "deployed", result.failure and result.failure.message
     phases = [p for _, p, _ in watch.phases]
     assert phases.index("weights") < phases.index("stop")
@@ -213,13 +209,8 @@ def test_a_gguf_is_staged_while_the_old_engine_serves_then_loaded_offline(bed: B
 
 def test_a_corrupt_download_is_refused_and_the_old_engine_keeps_serving(bed: Bed) -> None:
     other = gguf_profile(bed, "q4-v2", "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf")
-    bed.hub.fault(corrupt_at=4096)
-    try:
-        with Watcher(bed, RTX) as watch:
-            result = one(deploy(placed(bed, RTX, other), secrets=SECRETS,
-                                progress=watch.progress))
-    finally:
-        bed.hub.fault()
+    with bed.hub.faulted(corrupt_at=4096), Watcher(bed, RTX) as watch:
+        result = one(deploy(placed(bed, RTX, other), secrets=SECRETS, progress=watch.progress))
     assert result.status == "failed"
     assert "corrupt download refused" in str(result.failure)
     assert "The old engine still serves" in str(result.failure)
@@ -234,11 +225,8 @@ def test_an_interrupted_download_leaves_the_old_engine_and_the_next_deploy_resum
         bed: Bed) -> None:
     other = gguf_profile(bed, "q4-v2", "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf")
     cut = bed.gguf.stat().st_size // 2
-    bed.hub.fault(cut_after=cut)
-    try:
+    with bed.hub.faulted(cut_after=cut):
         result = one(deploy(placed(bed, RTX, other), secrets=SECRETS))
-    finally:
-        bed.hub.fault()
     assert result.status == "failed"
     assert result.failure is not None
     assert result.failure.message.startswith(
@@ -266,12 +254,9 @@ def test_a_signal_during_staging_stops_the_fetch_and_leaves_the_old_engine_servi
         if event.phase == "weights" and event.message.startswith("fetching"):
             abort.trip("SIGINT")
 
-    bed.hub.fault(bytes_per_second=max(bed.gguf.stat().st_size // 20, 1))
-    try:
+    with bed.hub.faulted(bytes_per_second=max(bed.gguf.stat().st_size // 20, 1)):
         result = one(deploy(placed(bed, RTX, v3), secrets=SECRETS, progress=progress,
                             abort=abort))
-    finally:
-        bed.hub.fault()
     # Nothing was stopped: the deployment failed, interrupted, with the old engine serving.
     assert result.status == "failed", result.failure
     assert result.failure is not None and result.failure.failure_class == "interrupted"
