@@ -20,9 +20,10 @@ llama.cpp engine, whose boots take seconds, so the figures are the staging's own
 
 Prints the deploy's progress lines as ``servefleet deploy`` prints them off a terminal.
 
-    python bench/bench_weights.py [--mib 256] [--rate 64]
+    python bench/bench_weights.py [--mib 256] [--rate 64] [--no-sim-up]
 
-Smallest run: ``--mib 4 --rate 2``.
+Smallest run: ``--mib 4 --rate 2`` (``--no-sim-up`` where a test session's fleet runs
+already: its inventory and stand-in markers are then left as they were).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from servefleet.core.project import Project, load_project  # noqa: E402
 from servefleet.sim import fleet, testbed  # noqa: E402
 from servefleet.sim.engines.cpu_twin import STANDIN_FILE  # noqa: E402
 from servefleet.sim.hub import LocalHub  # noqa: E402
+from servefleet.sim.spec import fleet_specs  # noqa: E402
 
 DEP, PORT = "wbench", 18101
 RTX, SPARK = "sim-5090", "sim-spark-1"
@@ -79,10 +81,13 @@ def ssh(project: Project, node: str, script: str) -> str:
 
 
 def forget(project: Project, node: str, names: list[str]) -> None:
+    """Remove the staged files and their records; the record folder too when empty (the
+    node's models folder is left as found)."""
     models = project.nodes[node].models_dir
     quoted = " ".join(f"{shlex.quote(f'{models}/{n}')} "
                       f"{shlex.quote(f'{models}/.servefleet/{n}.verified')}" for n in names)
-    ssh(project, node, f"rm -f {quoted}")
+    ssh(project, node, f"rm -f {quoted}; rmdir {shlex.quote(f'{models}/.servefleet')} "
+                       "2>/dev/null; true")
 
 
 class Events:
@@ -124,14 +129,24 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=256, help="size of the weights file")
     parser.add_argument("--rate", type=float, default=64.0,
                         help="hub throttle for (a), MiB/s")
+    parser.add_argument("--no-sim-up", action="store_true",
+                        help="use the running fleet as it is (a test session's)")
     args = parser.parse_args()
-    handle = testbed.acquire(REPO, fleet.FleetConfig(), say=lambda m: print(f"   sim: {m}"))
+    config = fleet.FleetConfig()
+    if args.no_sim_up:
+        # Joining through `sim up` would write the inventory again for the real engines,
+        # whatever the stand-in markers of the session that runs the fleet say.
+        handle = testbed.FleetHandle(config=config, project_dir=REPO,
+                                     nodes={s.name: s for s in fleet_specs(3)},
+                                     standin_is_real=True, started_here=False)
+    else:
+        handle = testbed.acquire(REPO, config, say=lambda m: print(f"   sim: {m}"))
     # The stand-in engines boot in seconds: the figures are the staging's. What the
-    # control folders said before is put back (a test session may share the fleet).
-    markers = {name: handle.node_files(name).control_dir / STANDIN_FILE for name in (RTX, SPARK)}
-    saved = {name: path.read_text() if path.exists() else None
-             for name, path in markers.items()}
+    # control folders said before is put back, inventory included.
+    saved = {}
     for name in (RTX, SPARK):
+        marker = handle.node_files(name).control_dir / STANDIN_FILE
+        saved[name] = marker.read_text().split() if marker.exists() else []
         handle.run_standin(name)
     work = Path(tempfile.mkdtemp(prefix="bench-weights-"))
     names = ["a.gguf", "b.gguf"]
@@ -198,11 +213,10 @@ def main() -> None:
         for name in (RTX, SPARK):
             handle.remove_deployment(project, DEP, [name], check=False)
             forget(project, name, names)
-            if saved[name] is None:
-                markers[name].unlink(missing_ok=True)
-            else:
-                markers[name].write_text(saved[name] or "")
-        testbed.release(handle)
+            if name in saved:
+                handle.run_standin(name, saved[name])
+        if not args.no_sim_up:
+            testbed.release(handle)
         for name in names:
             (work / name).unlink(missing_ok=True)
         work.rmdir()

@@ -201,7 +201,8 @@ def test_bench_pulumi(sim_fleet: FleetHandle) -> None:
 def test_bench_weights(sim_fleet: FleetHandle) -> None:
     """Staging on this session's fleet, 4 MiB throttled to 2 MiB/s."""
     clear_faults(sim_fleet)
-    out = run_bench("bench_weights.py", "--mib", "4", "--rate", "2", timeout=400)
+    out = run_bench("bench_weights.py", "--mib", "4", "--rate", "2", "--no-sim-up",
+                    timeout=400)
     assert lines_matching(out, r"^   staging took [\d.]+ s; the old engine answered (\d+) of "
                                r"\1 health checks in that time \(100\.0%\)$")
     assert lines_matching(out, r"^   plain curl over SSH: +[\d.]+ s")

@@ -9,6 +9,7 @@ offline. The tests share one deployment (``wt`` on port 8003) and run in file or
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -70,10 +71,20 @@ def forget_staged(project: Project) -> None:
             for path in [*models.glob("Qwen3.6-35B-A3B-Q4_K_M*"),
                          *models.glob(".servefleet/Qwen3.6-35B-A3B-Q4_K_M*")]:
                 path.unlink()
+            shutil.rmtree(models / ".rsync-partial", ignore_errors=True)
+            _remove_if_empty(models / ".servefleet")
         hf = Path(node.hf_cache)
         shutil.rmtree(hf / "hub" / "models--Qwen--Qwen3.6-35B-A3B-FP8", ignore_errors=True)
         for record in hf.glob("servefleet/verified/models--Qwen--Qwen3.6-35B-A3B-FP8@*"):
             record.unlink()
+        _remove_if_empty(hf / "servefleet" / "verified")
+        _remove_if_empty(hf / "servefleet")
+
+
+def _remove_if_empty(folder: Path) -> None:
+    """The nodes' folders are left as the tests found them (other tests read them)."""
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 @pytest.fixture(scope="module")
@@ -309,8 +320,8 @@ def test_models_prune_removes_what_no_release_on_the_node_uses(bed: Bed) -> None
                        '[ "$r" = "$(basename "$(readlink ../current)")" ] || rm -rf "$r"; '
                        'done', "sh", f"{node.base_dir}/{DEP}"])
         report = staged_models(transport, prune=True)
-    pruned = sorted(i.pin.split()[0] for i in report.items if i.pruned)
-    assert pruned == [GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"]
+    pruned = {i.pin.split()[0] for i in report.items if i.pruned}
+    assert pruned == {GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"}
     assert not (models / GGUF_FILE).exists()
     assert (models / "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf").is_file()
     assert http_get(node, PORT, "/health", timeout=5)[0] == 200
