@@ -18,15 +18,6 @@ def _short(pin: str) -> str:
     return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{28,52}\b", r"\1…", pin)
 
 
-def _size(count: int) -> str:
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover - the loop always returns
-
-
 @click.command("models")
 @click.argument("node")
 @click.option("--prune", is_flag=True,
@@ -41,6 +32,7 @@ def models_command(obj: CliContext, node: str, prune: bool, as_json: bool) -> No
     from rich.table import Table
 
     from servefleet.adapters.ssh import SshTransport
+    from servefleet.adapters.weights import size_text
     from servefleet.adapters.weights.models import staged_models
     from servefleet.core.errors import ConfigError
     from servefleet.core.project import load_project
@@ -58,7 +50,7 @@ def models_command(obj: CliContext, node: str, prune: bool, as_json: bool) -> No
         for column in ("kind", "weights", "size", "used by", *(("pruned",) if prune else ())):
             table.add_column(column)
         for item in report.items:
-            row = [item.kind, _short(item.pin), _size(item.size),
+            row = [item.kind, _short(item.pin), size_text(item.size),
                    ", ".join(item.used_by) or "-"]
             if prune:
                 row.append("yes" if item.pruned else "no (in use)" if item.pruned is None
@@ -72,7 +64,7 @@ def models_command(obj: CliContext, node: str, prune: bool, as_json: bool) -> No
         freed = sum(i.size for i in report.items if i.pruned)
         if prune:
             out.print(f"{node}: pruned {sum(1 for i in report.items if i.pruned)} item(s), "
-                      f"{_size(freed)} freed")
+                      f"{size_text(freed)} freed")
         for error in report.errors:
             out.print(f"[red]error:[/red] {error}")
     if report.errors:

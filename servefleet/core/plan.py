@@ -40,7 +40,6 @@ from servefleet.core.observed import ObservedContainer, ObservedDeployment
 from servefleet.core.render import FlagDiff, RenderedRelease, diff_flags
 from servefleet.core.render.engine_args import MODEL_FLAG
 from servefleet.core.render.layout import ENV_FILE
-from servefleet.core.render.weights import WeightsSpec
 
 Action = Literal["unchanged", "update", "create", "adopt"]
 
@@ -280,13 +279,6 @@ def rotated_secrets(desired: RenderedRelease, observed: ObservedDeployment,
                         if name in given and have.get(name) != digest))
 
 
-def hub_source(spec: WeightsSpec | None) -> str | None:
-    """``from huggingface.co`` (or the node's endpoint, or the file's URL)."""
-    if spec is None:
-        return None
-    return "from " + ("its URL" if spec.kind == "url" else spec.endpoint or "huggingface.co")
-
-
 def _weights_note(desired: RenderedRelease, observed: ObservedDeployment | None) -> str | None:
     """``<pin> (was <old pin>)``: what the deploy stages."""
     spec = desired.weights
@@ -306,7 +298,8 @@ def plan(desired: RenderedRelease, observed: ObservedDeployment | None, *,
         return PlanItem(node=desired.node, deployment=desired.deployment, action=action,
                         release_id=desired.release_id, profile=desired.profile,
                         weights=_weights_note(desired, observed),
-                        weights_source=hub_source(desired.weights), **details)
+                        weights_source=desired.weights.hub_source if desired.weights
+                        else None, **details)
 
     if observed is not None and observed.current_release is None \
             and observed.adopt_candidate is not None and observed.adopt_candidate.running:

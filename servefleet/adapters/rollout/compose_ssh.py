@@ -48,9 +48,9 @@ BUILD_TIMEOUT_SECONDS = 1800
 UP_TIMEOUT_SECONDS = 600
 STOP_TIMEOUT_SECONDS = 300
 RECORD_TIMEOUT_SECONDS = 30
+"""Bookkeeping commands (gate mark, prune) are short; a node that takes longer is lost."""
 STAGE_TIMEOUT_SECONDS = 6 * 3600
 """Staging weights: 35 GB at 20 MB/s takes half an hour; a stalled fetch is cut here."""
-"""Bookkeeping commands (gate mark, prune) are short; a node that takes longer is lost."""
 
 
 class ComposeSshRuntime:

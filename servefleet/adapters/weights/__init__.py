@@ -30,12 +30,13 @@ def program(tool: WeightsTool) -> bytes:
     return resources.files(__name__).joinpath(PROGRAMS[tool]).read_bytes()
 
 
-def _size(count: float) -> str:
+def size_text(count: float) -> str:
+    """``512 B``, ``4.2 MiB``, ``34.2 GiB``, ``1.5 TiB``: sizes of weights, for people."""
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
+        if count < 1024:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1024
-    return f"{count:.1f} GiB"  # pragma: no cover - the loop always returns
+    return f"{count:.1f} TiB"
 
 
 @dataclass
@@ -68,8 +69,8 @@ class StagingState:
             self.files, self.total = numbers[0], numbers[1]
             self.done = self.at_start = numbers[2] if len(numbers) > 2 else 0
             self.started = self.clock()
-            resumed = f", {_size(self.at_start)} already here" if self.at_start else ""
-            return f"fetching {self.files} file(s), {_size(self.total)}{resumed}"
+            resumed = f", {size_text(self.at_start)} already here" if self.at_start else ""
+            return f"fetching {self.files} file(s), {size_text(self.total)}{resumed}"
         if word == "progress" and numbers:
             self.done = numbers[0]
             if len(numbers) > 1 and numbers[1]:
@@ -77,7 +78,7 @@ class StagingState:
             return self.progress_line()
         if word in ("cached", "verified") and len(numbers) >= 2:
             self.outcome, self.files, self.total = word, numbers[0], numbers[1]
-            return (f"{self.files} file(s), {_size(self.total)}: "
+            return (f"{self.files} file(s), {size_text(self.total)}: "
                     + ("already staged and verified" if word == "cached" else "verified"))
         if word == "corrupt":
             self.corrupt.append(rest)
@@ -87,16 +88,22 @@ class StagingState:
             return f"error: {rest}"
         return None
 
+    def held_text(self) -> str:
+        """``4.2 MiB of 8.4 MiB`` (the bytes alone when the total is unknown)."""
+        if not self.total:
+            return size_text(self.done)
+        return f"{size_text(self.done)} of {size_text(self.total)}"
+
     def progress_line(self) -> str:
         """``12.3 GiB of 34.2 GiB (36%), 410.0 MiB/s, ETA 55 s``."""
-        shown = f"{_size(self.done)} of {_size(self.total)}" if self.total else _size(self.done)
+        shown = self.held_text()
         if self.total:
             shown += f" ({100 * self.done // max(self.total, 1)}%)"
         elapsed = self.clock() - self.started if self.started is not None else 0.0
         fetched = self.done - self.at_start
         if elapsed > 0 and fetched > 0:
             rate = fetched / elapsed
-            shown += f", {_size(rate)}/s"
+            shown += f", {size_text(rate)}/s"
             if self.total > self.done:
                 shown += f", ETA {int((self.total - self.done) / rate)} s"
         return shown
@@ -110,7 +117,7 @@ class StagingState:
             if self.exit_status is not None else "the staging command ended without a status")
         if self.corrupt:
             why = f"corrupt download refused ({', '.join(self.corrupt)}); {why}"
-        kept = f"{_size(self.done)} of {_size(self.total)}" if self.total else _size(self.done)
+        kept = self.held_text()
         return (f"staging {spec.pin} failed: {why}. The old engine still serves; {kept} "
                 f"is cached under {spec.host_folder} and the next deploy resumes from there")
 

@@ -182,8 +182,7 @@ class PeerCopy:
     def source(self, transport: SshTransport, profile: Profile, spec: WeightsSpec) -> str:
         """Where a deploy would take the weights from, and whether they fit the disk (for
         ``plan``): already here, a neighbour, or the hub."""
-        hub = "from " + ("its URL" if spec.kind == "url" else spec.endpoint or
-                         "huggingface.co")
+        hub = spec.hub_source
         try:
             if self.held(transport, spec):
                 return "already on the node, verified"

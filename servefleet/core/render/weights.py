@@ -88,6 +88,13 @@ class WeightsSpec:
         return f"{self.container_folder}/{self.file_name}"
 
     @property
+    def hub_source(self) -> str:
+        """``from huggingface.co`` (or the node's endpoint, or the file's URL): where the
+        fetcher takes the weights when no neighbour holds them."""
+        return "from " + ("its URL" if self.kind == "url" else self.endpoint or
+                          "huggingface.co")
+
+    @property
     def host_path(self) -> str:
         """On the node: the snapshot's folder in the hub cache, or the staged file."""
         if self.kind == "snapshot":
