@@ -1,7 +1,8 @@
 """Read a deployment's history from its node: one read-only command, one round trip.
 
-The command prints the tail of the deployment's ``audit.log``, the node's baselines file,
-then the release folders with their manifests (the very script of ``servefleet releases``,
+The command prints the tail of the deployment's ``audit.log`` and ``bench.jsonl``, the
+node's baselines file, then the release folders with their manifests (the very script of
+``servefleet releases``,
 :func:`servefleet.adapters.remote.list_releases`, run by the same ``sh``). Parsing and
 merging are pure (:mod:`servefleet.core.history`).
 """
@@ -9,11 +10,12 @@ merging are pure (:mod:`servefleet.core.history`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from servefleet.adapters import remote
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.baselines import BASELINE_FILE, BaselineBook, parse_book
+from servefleet.core.bench.record import BENCH_FILE, BenchRecord, parse_records
 from servefleet.core.errors import RemoteError
 from servefleet.core.history import HistoryRow, history_rows, parse_audit
 from servefleet.core.models import Node
@@ -27,6 +29,8 @@ AUDIT_TAIL_LINES = 5000
 HISTORY_SCRIPT = (
     "printf '" + HISTORY_HEADER + "\\n@@audit\\n'; "
     'tail -n "$4" "$2/' + remote.AUDIT_FILE + '" 2>/dev/null; '
+    "printf '@@bench\\n'; "
+    'tail -n "$4" "$2/' + BENCH_FILE + '" 2>/dev/null; '
     "printf '@@baselines\\n'; cat \"$1/" + BASELINE_FILE + "\" 2>/dev/null; echo; "
     'sh -c "$3" sh "$2"'
 )
@@ -53,6 +57,8 @@ class NodeHistory:
     """One row per deploy or rollback, oldest first."""
     book_problem: str | None = None
     """Why the baselines file could not be read (its KV pools are then missing)."""
+    bench: list[BenchRecord] = field(default_factory=list)
+    """``servefleet bench`` records of the deployment, oldest first."""
 
 
 def parse_history(text: str, node: str, deployment: str) -> NodeHistory:
@@ -63,10 +69,12 @@ def parse_history(text: str, node: str, deployment: str) -> NodeHistory:
         raise ValueError(f"history output is incomplete: {text[:200]!r}")
     audit_text, _, book_text = head.partition("\n@@baselines\n")
     audit_text = audit_text.partition("@@audit\n")[2]
+    audit_text, _, bench_text = audit_text.partition("@@bench\n")
     book, problem = parse_book(book_text) if book_text.strip() else (BaselineBook(), None)
     releases = parse_releases(marker + releases_text)
     rows = history_rows(parse_audit(audit_text), book, releases, deployment)
-    return NodeHistory(node, deployment, rows, problem)
+    bench, _ = parse_records(bench_text.splitlines())
+    return NodeHistory(node, deployment, rows, problem, bench)
 
 
 def read_history(transport: SshTransport, deployment: str,

@@ -20,6 +20,7 @@ ALL: dict[str, str] = {
     "releases": "servefleet.cli.releases:releases_command",
     "history": "servefleet.cli.history:history_command",
     "models": "servefleet.cli.models:models_command",
+    "bench": "servefleet.cli.bench:bench_command",
     "logs": "servefleet.cli.logs:logs_group",
     "health": "servefleet.cli.health:health_command",
     "drift": "servefleet.cli.drift:drift_command",

@@ -53,6 +53,14 @@ def print_history(history: NodeHistory) -> None:
         click.secho(bar.bar, fg="red" if bar.drop else "cyan", nl=False)
         click.secho(f" {bar.value}" if bar.bar else bar.value,
                     fg="red" if bar.drop else None, dim=not bar.bar)
+    if history.bench:
+        from servefleet.core.bench.table import by_release
+
+        click.echo()
+        click.secho("  Bench by release (output tok/s per scenario; `servefleet bench "
+                    "--compare R1 R2`)", bold=True)
+        for release, text in by_release(history.bench):
+            click.echo(f"  {release.ljust(label)}  {text}")
 
 
 @click.command("history")
@@ -86,6 +94,8 @@ def history_command(obj: CliContext, node: str, deployment: str, as_json: bool,
     if as_json:
         click.echo(json.dumps({"node": history.node, "deployment": history.deployment,
                                "baselines_problem": history.book_problem,
-                               "releases": [r.to_json() for r in history.rows]}, indent=2))
+                               "releases": [r.to_json() for r in history.rows],
+                               "bench": [json.loads(r.to_line()) for r in history.bench]},
+                              indent=2))
     else:
         print_history(history)

@@ -27,6 +27,11 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+VLLM_KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+"""vLLM's KV usage gauge (0-1), by its name from 0.12 on and before."""
+LLAMACPP_KV_USAGE = ("llamacpp:kv_cache_usage_ratio",)
+"""llama-server's KV usage gauge (0-1), in the builds that export it."""
+
 Samples = Mapping[str, list[tuple[dict[str, str], float]]]
 """Sample name → ``(labels, value)`` of every sample with that exact exposed name."""
 
@@ -187,7 +192,7 @@ def parse_vllm_metrics(text: str) -> VllmMetrics:
                    "vllm:gpu_prefix_cache_queries_total")
     hits = _sum(samples, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
     return VllmMetrics(
-        kv_cache_usage=_max(samples, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        kv_cache_usage=_max(samples, *VLLM_KV_USAGE),
         requests_running=_int(_sum(samples, "vllm:num_requests_running")),
         requests_waiting=_int(_sum(samples, "vllm:num_requests_waiting")),
         spec_decode=_spec_counters(samples, "vllm:"),
@@ -231,7 +236,7 @@ def parse_llamacpp_metrics(text: str) -> LlamaCppMetrics:
         requests_deferred=_int(_sum(samples, "llamacpp:requests_deferred")),
         prompt_tokens=_int(_sum(samples, "llamacpp:prompt_tokens_total")),
         tokens_predicted=_int(_sum(samples, "llamacpp:tokens_predicted_total")),
-        kv_cache_usage=_max(samples, "llamacpp:kv_cache_usage_ratio"),
+        kv_cache_usage=_max(samples, *LLAMACPP_KV_USAGE),
         kv_cache_tokens=_int(_sum(samples, "llamacpp:kv_cache_tokens")),
         spec_decode=_spec_counters(samples, "llamacpp:"),
         names=frozenset(name for name in samples if name.startswith("llamacpp:")),

@@ -115,6 +115,8 @@ def stack_schema() -> dict[str, Any]:
                                  **_described(StackConfig, "strategy")},
         f"{CONFIG_NS}keepReleases": {"type": "integer", "minimum": 1, "maximum": 100,
                                      **_described(StackConfig, "keep_releases")},
+        f"{CONFIG_NS}benchScenarios": {"type": "string",
+                                       **_described(StackConfig, "bench_scenarios")},
         f"{CONFIG_NS}profiles": {"type": "object", "additionalProperties": node_entry,
                                  "description": "Node name → what runs on it."},
         f"{CONFIG_NS}multiNode": {

@@ -145,7 +145,8 @@ def _strings(value: Any) -> list[str]:
 
 
 # Stack settings other than profiles and secrets: model field → key after "servefleet:".
-_STACK_KEYS = {"strategy": "strategy", "keep_releases": "keepReleases"}
+_STACK_KEYS = {"strategy": "strategy", "keep_releases": "keepReleases",
+               "bench_scenarios": "benchScenarios"}
 
 
 def _camel(name: str) -> str:
@@ -219,6 +220,8 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
         values["strategy"] = config[f"{CONFIG_NS}strategy"]
     if f"{CONFIG_NS}keepReleases" in config:
         values["keep_releases"] = config[f"{CONFIG_NS}keepReleases"]
+    if f"{CONFIG_NS}benchScenarios" in config:
+        values["bench_scenarios"] = config[f"{CONFIG_NS}benchScenarios"]
     if f"{CONFIG_NS}watch" in config:
         # Pulumi's camelCase keys (intervalSeconds) as the model's field names.
         values["watch"] = snake_keys(config[f"{CONFIG_NS}watch"])

@@ -119,6 +119,17 @@ class EngineSpec(Protocol):
         ...
 
     @property
+    def kv_usage_gauges(self) -> tuple[str, ...]:
+        """Its ``/metrics`` gauges of KV usage (0-1): ``bench`` keeps their peak."""
+        ...
+
+    @property
+    def bench_in_engine(self) -> bool:
+        """Whether its image carries the load generator ``servefleet bench`` runs
+        (``vllm bench serve``), so a bench runs inside the engine's own container."""
+        ...
+
+    @property
     def version_path(self) -> str:
         """The HTTP path where it tells its version (``/version``, ``/props``)."""
         ...

@@ -15,7 +15,7 @@ from servefleet.core.engines.base import (
     flatten,
     opt,
 )
-from servefleet.core.metrics import parse_llamacpp_metrics
+from servefleet.core.metrics import LLAMACPP_KV_USAGE, parse_llamacpp_metrics
 from servefleet.core.models import LlamaCppSettings, Node, Profile
 
 
@@ -89,6 +89,9 @@ class LlamaCppEngine:
     # No Python in llama.cpp's images: a GGUF file, fetched by curl.
     weights_kinds: tuple[str, ...] = ("file", "url")
     metric_prefix: str = "llamacpp:"
+    kv_usage_gauges: tuple[str, ...] = LLAMACPP_KV_USAGE
+    # Its image has no Python, so no `vllm bench serve`.
+    bench_in_engine: bool = False
     version_path: str = "/props"
     version_key: str = "build_info"  # b8680-1a2b3c4
     flag_fields: tuple[FlagField, ...] = FLAG_FIELDS

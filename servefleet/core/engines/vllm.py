@@ -16,7 +16,7 @@ from servefleet.core.engines.base import (
     opt,
 )
 from servefleet.core.engines.base import vllm_settings as vllm_settings
-from servefleet.core.metrics import parse_vllm_metrics
+from servefleet.core.metrics import VLLM_KV_USAGE, parse_vllm_metrics
 from servefleet.core.models import Node, Profile, VllmSettings
 from servefleet.core.models.profile import CudaGraphMode
 
@@ -147,6 +147,9 @@ class VllmEngine:
     # vLLM serves a repository from the hub cache; its images have huggingface_hub.
     weights_kinds: tuple[str, ...] = ("snapshot",)
     metric_prefix: str = "vllm:"
+    kv_usage_gauges: tuple[str, ...] = VLLM_KV_USAGE
+    # Its image has `vllm bench serve`, the load generator `servefleet bench` runs.
+    bench_in_engine: bool = True
     version_path: str = "/version"
     version_key: str = "version"
     health_503: str = "vLLM answers 503 once its engine core is dead"

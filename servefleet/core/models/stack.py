@@ -69,6 +69,9 @@ class StackConfig(StrictModel):
     """Releases kept on each node for rollback."""
     watch: WatchConfig = Field(default_factory=WatchConfig)
     """``servefleet:watch``: sampling, wedge detection and recovery of ``servefleet watch``."""
+    bench_scenarios: Text = "scenarios/seeds.yaml"
+    """``servefleet:benchScenarios``: the scenario file ``servefleet bench`` runs unless
+    given one (relative to the project folder)."""
 
     def for_node(self, node: str) -> list[Deployment]:
         """The deployments placed on ``node``."""

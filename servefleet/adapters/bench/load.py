@@ -1,0 +1,166 @@
+"""Run one scenario with one seed inside a container on the node (standard library only).
+
+Sent on standard input to ``python3 -`` in the engine's own container (a vLLM image has
+``vllm bench serve``, the real load generator) with one JSON argument. While the load
+generator runs, a thread samples the engine's ``/metrics`` for the KV usage gauges and
+keeps the peak; every two seconds a line ``@@bench-alive SECONDS`` tells the controller it
+is still going, and a write that fails (the controller went away: ``docker exec`` keeps a
+process running when its client dies) stops the load generator. At the end one line:
+``@@bench-result {json}`` with the figures, or ``@@bench-error reason``.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+ALIVE_SECONDS = 2.0
+SAMPLE_SECONDS = 0.5
+KEPT = (
+    "completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
+    "request_throughput", "output_throughput", "total_token_throughput",
+    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+    "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms",
+    "p99_e2el_ms", "spec_decode_acceptance_rate", "spec_decode_acceptance_length",
+    "spec_decode_num_drafts", "max_concurrent_requests",
+)
+
+
+def say(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def get(url, timeout=5.0):
+    request = urllib.request.Request(url)
+    key = os.environ.get("VLLM_API_KEY") or os.environ.get("LLAMA_API_KEY")
+    if key:
+        request.add_header("Authorization", "Bearer " + key)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=timeout) as response:
+        return response.read().decode("utf-8", "replace")
+
+
+class KvSampler(threading.Thread):
+    """The highest value any of ``gauges`` reached on ``/metrics`` while it ran."""
+
+    def __init__(self, url, gauges):
+        super().__init__(daemon=True)
+        self.url, self.gauges = url, tuple(gauges)
+        self.peak = None
+        self.stopped = threading.Event()
+
+    def run(self):
+        while not self.stopped.is_set():
+            try:
+                text = get(self.url)
+            except Exception:
+                text = ""
+            for line in text.splitlines():
+                name = line.split("{", 1)[0].split(" ", 1)[0]
+                if name in self.gauges:
+                    try:
+                        value = float(line.rsplit(" ", 1)[1])
+                    except (IndexError, ValueError):
+                        continue
+                    self.peak = value if self.peak is None else max(self.peak, value)
+            self.stopped.wait(SAMPLE_SECONDS)
+
+
+def served_model(base):
+    """The engine's own answer to what it serves (its first ``/v1/models`` entry): the
+    model name to ask for, and what it loaded (``root``), the tokenizer the load
+    generator counts tokens with."""
+    entries = json.loads(get(base + "/v1/models")).get("data") or []
+    if not entries:
+        raise ValueError("it serves no model")
+    return entries[0]["id"], entries[0].get("root") or entries[0]["id"]
+
+
+def argv_for(job, tokenizer, result_dir):
+    argv = [
+        job["vllm"], "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
+        "--base-url", job["base_url"], "--model", job["model"], "--tokenizer", tokenizer,
+        "--max-concurrency", str(job["concurrency"]), "--num-prompts", str(job["prompts"]),
+        "--num-warmups", str(job["warmups"]), "--seed", str(job["seed"]),
+        "--temperature", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,99", "--disable-tqdm", "--save-result",
+        "--result-dir", result_dir, "--result-filename", "result.json",
+    ]
+    if job.get("texts"):
+        argv.append("--save-detailed")
+    if job.get("replay"):
+        argv += ["--dataset-name", "custom", "--dataset-path", job["replay"],
+                 "--custom-output-len", str(job["output_len"])]
+    else:
+        argv += ["--dataset-name", "random", "--random-input-len", str(job["input_len"]),
+                 "--random-output-len", str(job["output_len"]), "--ignore-eos"]
+    return argv
+
+
+def main():
+    job = json.loads(sys.argv[1])
+    vllm = shutil.which("vllm")
+    if vllm is None:
+        say("@@bench-error no `vllm` command in this container: the load generator is "
+            "vLLM's `vllm bench serve`")
+        return 3
+    job["vllm"] = vllm
+    base = job["base_url"]
+    try:
+        job["model"], tokenizer = served_model(base)
+    except Exception as error:
+        say(f"@@bench-error the engine did not answer /v1/models at {base}: {error}")
+        return 3
+    env = dict(os.environ)
+    key = env.get("VLLM_API_KEY") or env.get("LLAMA_API_KEY")
+    if key and not env.get("OPENAI_API_KEY"):
+        env["OPENAI_API_KEY"] = key  # what `vllm bench serve` sends as a bearer token
+    sampler = KvSampler(base + "/metrics", job.get("kv_gauges", ()))
+    sampler.start()
+    with tempfile.TemporaryDirectory(prefix="servefleet-bench-") as folder:
+        log_path = os.path.join(folder, "out.log")
+        started = time.monotonic()
+        with open(log_path, "wb") as log:
+            child = subprocess.Popen(argv_for(job, tokenizer, folder), stdout=log,
+                                     stderr=subprocess.STDOUT, env=env)
+            try:
+                while child.poll() is None:
+                    try:
+                        child.wait(ALIVE_SECONDS)
+                    except subprocess.TimeoutExpired:
+                        say(f"@@bench-alive {time.monotonic() - started:.0f}")
+            except (BrokenPipeError, KeyboardInterrupt):
+                child.terminate()
+                child.wait()
+                return 130
+        sampler.stopped.set()
+        sampler.join(timeout=5)
+        with open(log_path, encoding="utf-8", errors="replace") as log:
+            tail = log.read()[-3000:]
+        result_path = os.path.join(folder, "result.json")
+        if child.returncode != 0 or not os.path.exists(result_path):
+            last = [line for line in tail.splitlines() if line.strip()][-8:]
+            say("@@bench-error vllm bench serve exited with status "
+                f"{child.returncode}: " + " | ".join(last))
+            return 1
+        with open(result_path, encoding="utf-8") as handle:
+            result = json.load(handle)
+    figures = {k: result[k] for k in KEPT if result.get(k) is not None}
+    figures["errors"] = [e for e in result.get("errors") or [] if e][:3]
+    figures["kv_peak"] = sampler.peak
+    figures["model"] = job["model"]
+    figures["tokenizer"] = tokenizer
+    if job.get("texts"):
+        figures["texts"] = result.get("generated_texts") or []
+    say("@@bench-result " + json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

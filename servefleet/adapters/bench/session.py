@@ -1,0 +1,114 @@
+"""One ``servefleet bench`` of a deployment: check that its engine may be measured, run
+every scenario with every seed, keep each record on the node as it comes."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from servefleet.adapters.bench import append_record, job_for, run_load
+from servefleet.adapters.rollout.compose_ssh import ComposeSshRuntime
+from servefleet.adapters.ssh import SshTransport
+from servefleet.core.bench.record import BenchRecord, Role
+from servefleet.core.bench.scenario import Scenario
+from servefleet.core.engines import EngineSpec, engine_named
+from servefleet.core.errors import ServefleetError
+
+SECONDS_PER_PROMPT_BOUND = 600
+"""A run may take this long per request (plus a start): a bound, not an estimate."""
+_GATE_MISS_WORDS = {
+    "no-gate": "no health gate passed on this node",
+    "other-release": "the last gate passed for another release",
+    "started-again": "its container started again after its gate",
+}
+
+
+class BenchRefused(ServefleetError):
+    """The engine may not be measured now (booting, ungated, a rollout holds the lock)."""
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    """The gated engine a bench measures."""
+
+    node: str
+    deployment: str
+    release: str
+    profile: str
+    profile_identity: str
+    engine: EngineSpec
+    engine_version: str
+    image: str
+    port: int
+
+
+def bench_target(transport: SshTransport, deployment: str) -> BenchTarget:
+    """What runs as ``deployment`` on the transport's node, read in one command;
+    :class:`BenchRefused` unless it is a gated engine no rollout is changing."""
+    node = transport.node.name
+    observed = ComposeSshRuntime(transport).observe([deployment])
+    lock = observed.lock
+    if lock is not None:
+        raise BenchRefused(f"{node}: locked by {lock.owner} ({lock.operation or 'a rollout'}"
+                           f"{', ' + lock.phase if lock.phase else ''}): a bench waits until "
+                           "the rollout ends")
+    have = observed.deployments.get(deployment)
+    if have is None or not have.running or have.manifest is None:
+        raise BenchRefused(f"{node}/{deployment}: no engine running; deploy it first")
+    if have.gate_miss is not None:
+        raise BenchRefused(f"{node}/{deployment}: the engine is ungated "
+                           f"({_GATE_MISS_WORDS[have.gate_miss]}): a bench measures only "
+                           "an engine that passed its gate; deploy it, or roll back")
+    manifest = have.manifest
+    engine = engine_named(str(manifest.get("engine")))
+    if not engine.bench_in_engine:
+        raise BenchRefused(f"{node}/{deployment}: {engine.display_name}'s image carries no "
+                           "load generator; a bench runs vLLM's `vllm bench serve` inside "
+                           "a vLLM engine's container")
+    return BenchTarget(
+        node=node, deployment=deployment, release=str(manifest.get("release_id")),
+        profile=str(manifest.get("profile")),
+        profile_identity=str(manifest.get("profile_identity", "")), engine=engine,
+        engine_version=str(manifest.get("engine_version", "")),
+        image=str(manifest.get("image", "")), port=int(manifest["port"]))
+
+
+@dataclass
+class BenchProgress:
+    """What a bench tells as it goes (the CLI prints it)."""
+
+    started: Callable[[Scenario, int], None]
+    alive: Callable[[Scenario, int, float], None]
+    finished: Callable[[BenchRecord], None]
+
+
+def run_bench(transport: SshTransport, target: BenchTarget, scenarios: Sequence[Scenario],
+              *, run_id: str, role: Role, progress: BenchProgress,
+              texts: bool = False) -> list[BenchRecord]:
+    """Every scenario with every seed against ``target``, each record kept on the node
+    when its run ends; the records, in order."""
+    records: list[BenchRecord] = []
+    for scenario in scenarios:
+        for seed in scenario.seeds:
+            progress.started(scenario, seed)
+            job = job_for(scenario, seed, port=target.port,
+                          kv_gauges=target.engine.kv_usage_gauges, texts=texts)
+            result = run_load(
+                transport, target.deployment, job, timeout=60 + SECONDS_PER_PROMPT_BOUND * (
+                    scenario.prompts + scenario.warmups),
+                alive=functools.partial(progress.alive, scenario, seed))
+            record = BenchRecord(
+                at=datetime.now(UTC).isoformat(timespec="seconds"), run_id=run_id,
+                role=role, node=target.node, deployment=target.deployment,
+                release=target.release, profile=target.profile,
+                profile_identity=target.profile_identity, engine=target.engine.name,
+                engine_version=target.engine_version, image=target.image,
+                image_id=result.image_id, scenario=scenario.name,
+                scenario_identity=scenario.identity, shape=scenario.shape(), seed=seed,
+                figures={k: v for k, v in result.figures.items() if k != "texts"})
+            append_record(transport, record)
+            records.append(record)
+            progress.finished(record)
+    return records

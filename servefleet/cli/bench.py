@@ -1,0 +1,196 @@
+"""``servefleet bench NODE[/DEPLOYMENT]``: measure the engine a node serves, per scenario,
+and keep the figures on the node beside the release they measured.
+
+The load generator is vLLM's own ``vllm bench serve``, run in the engine's container; the
+scenarios come from a file (the stack's ``servefleet:benchScenarios``, by default the
+seeds' A-D in ``scenarios/seeds.yaml``). ``--compare R1 R2`` compares two releases'
+recorded figures; see ``docs/bench.md``.
+
+Exit status: 0; 1 on a configuration error or a failed run; :data:`EXIT_REFUSED` when the
+engine may not be measured now (not running, ungated, a rollout holds the node).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from secrets import token_hex
+from typing import TYPE_CHECKING
+
+import click
+
+from servefleet.cli.main import CliContext
+from servefleet.cli.rollout_common import console
+
+if TYPE_CHECKING:
+    from servefleet.core.bench.compare import Change, Decision
+    from servefleet.core.bench.summary import ScenarioSummary
+    from servefleet.core.project import Project
+
+EXIT_REFUSED = 3
+"""Exit status when the engine may not be measured now."""
+_VERDICT_STYLE = {"better": "green", "worse": "red", "no change": "dim"}
+
+
+def split_target(target: str, deployment: str | None) -> tuple[str, str]:
+    """``NODE/DEPLOYMENT`` or ``NODE`` (with ``--deployment``, else ``main``)."""
+    node, _, named = target.partition("/")
+    if named and deployment and named != deployment:
+        raise click.UsageError(f"{target!r} names deployment {named!r} but --deployment "
+                               f"says {deployment!r}")
+    return node, named or deployment or "main"
+
+
+def print_summaries(summaries: Sequence[ScenarioSummary], title: str) -> None:
+    """The per-scenario table, then the throughput chart."""
+    from rich.table import Table
+
+    from servefleet.core.bench.table import SUMMARY_HEADER, chart, summary_row
+
+    out = console()
+    table = Table(title=title, box=None, header_style="bold", title_justify="left")
+    for column in SUMMARY_HEADER:
+        table.add_column(column, justify="left" if column in {"scenario", "load"} else "right")
+    for summary in summaries:
+        table.add_row(*summary_row(summary),
+                      style="red" if summary.failed else None)
+    out.print(table)
+    seeds = sorted({seed for s in summaries for seed in s.seeds})
+    out.print(f"[dim]means over seeds {', '.join(map(str, seeds))}; times in ms; accept: "
+              "speculative acceptance rate/length[/dim]")
+    bars = chart(summaries)
+    if bars:
+        out.print("[bold]output tok/s by scenario[/bold]")
+        label = max(len(name) for name, _, _ in bars)
+        for name, bar, value in bars:
+            out.print(f"  {name.ljust(label)}  [cyan]{bar}[/cyan] {value}")
+    for summary in summaries:
+        for error in summary.errors:
+            out.print(f"[red]{summary.scenario}: error:[/red] {error}")
+
+
+def print_changes(changes: Sequence[Change], decision: Decision | None, title: str) -> None:
+    """The decision table (and the decision, when there is one)."""
+    from rich.table import Table
+
+    from servefleet.core.bench.table import CHANGE_HEADER, change_row
+
+    out = console()
+    table = Table(title=title, box=None, header_style="bold", title_justify="left")
+    for column in CHANGE_HEADER:
+        table.add_column(column, justify="left" if column in {"scenario", "figure",
+                                                              "verdict"} else "right")
+    for change in changes:
+        table.add_row(*change_row(change), style=_VERDICT_STYLE[change.verdict])
+    out.print(table)
+    if decision is not None:
+        out.print(f"[bold]keep {decision.keep}[/bold]: {decision.reason}")
+
+
+def _scenarios(project: Project, path: str | None, only: str | None) -> list:
+    from servefleet.core.bench.scenario import load_scenarios, select
+
+    shown = path or project.stack.bench_scenarios
+    file = Path(shown) if Path(shown).is_absolute() else project.root / shown
+    names = [n.strip() for n in (only or "").split(",") if n.strip()]
+    return select(load_scenarios(file, shown), names, shown)
+
+
+def _compare(transport_node: str, project: Project, deployment: str,
+             releases: tuple[str, str], as_json: bool) -> None:
+    from servefleet.adapters.bench import read_records
+    from servefleet.adapters.ssh import SshTransport
+    from servefleet.core.bench.compare import compare
+    from servefleet.core.bench.summary import summarise
+    from servefleet.core.errors import ConfigError
+
+    with SshTransport(project.nodes[transport_node]) as transport:
+        records, _ = read_records(transport, deployment)
+    sides = []
+    for release in releases:
+        mine = [r for r in records if r.release.startswith(release)]
+        if not mine:
+            known = sorted({r.release for r in records})
+            raise ConfigError(f"{transport_node}/{deployment}: no bench recorded for release "
+                              f"{release!r} (recorded: {', '.join(known) or 'none'})")
+        sides.append(summarise(mine))
+    changes = compare(sides[0], sides[1])
+    if as_json:
+        click.echo(json.dumps([{"scenario": c.scenario, "figure": c.figure.key, "a": c.a,
+                                "b": c.b, "change": c.change, "band": c.band,
+                                "verdict": c.verdict} for c in changes], indent=2))
+        return
+    print_changes(changes, None, f"{transport_node}/{deployment}: {releases[0]} (A) against "
+                  f"{releases[1]} (B); no control ran, so the band is the seeds' spread")
+
+
+@click.command("bench")
+@click.argument("target", metavar="NODE[/DEPLOYMENT]")
+@click.option("--deployment", "-d", default=None, help="The deployment (default: main).")
+@click.option("--scenarios", "scenarios_path", default=None, metavar="FILE",
+              help="Scenario file (default: the stack's servefleet:benchScenarios).")
+@click.option("--only", default=None, metavar="NAMES",
+              help="Only these scenarios, comma-separated (A,C).")
+@click.option("--compare", "compare_releases", nargs=2, default=None,
+              metavar="R1 R2", help="Compare two releases' recorded figures; runs nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
+@click.pass_obj
+def bench_command(obj: CliContext, target: str, deployment: str | None,
+                  scenarios_path: str | None, only: str | None,
+                  compare_releases: tuple[str, str] | None, as_json: bool) -> None:
+    """Measure the engine NODE serves with vLLM's `vllm bench serve`, scenario by scenario
+    (output tok/s, TTFT, TPOT, ITL, errors, KV peak, speculative acceptance), and keep
+    the figures on the node with the release they measured (`history` shows them)."""
+    from servefleet.adapters.bench.session import (
+        BenchProgress,
+        BenchRefused,
+        bench_target,
+        run_bench,
+    )
+    from servefleet.adapters.ssh import SshTransport
+    from servefleet.core.bench.summary import summarise
+    from servefleet.core.errors import ConfigError
+    from servefleet.core.project import load_project
+
+    node, deployment = split_target(target, deployment)
+    project = load_project(obj.project_dir, obj.stack)
+    if node not in project.nodes:
+        raise ConfigError(f"unknown node {node!r}; the inventory has: "
+                          f"{', '.join(sorted(project.nodes))}")
+    if compare_releases:
+        _compare(node, project, deployment, compare_releases, as_json)
+        return
+    scenarios = _scenarios(project, scenarios_path, only)
+    say = (lambda text: click.echo(text, err=True)) if as_json else click.echo
+    progress = BenchProgress(
+        started=lambda s, seed: say(f"{node}/{deployment} {s.name} ({s.shape()}, "
+                                    f"{s.prompts} requests) seed {seed}: running"),
+        alive=lambda s, seed, seconds: None,
+        finished=lambda r: say(
+            f"{node}/{deployment} {r.scenario} seed {r.seed}: "
+            f"{r.value('output_throughput') or 0:,.1f} out tok/s, TTFT "
+            f"{r.value('mean_ttft_ms') or 0:,.1f} ms, {int(r.value('failed') or 0)} failed"))
+    with SshTransport(project.nodes[node]) as transport:
+        try:
+            target_info = bench_target(transport, deployment)
+        except BenchRefused as error:
+            click.echo(f"refused: {error}", err=True)
+            sys.exit(EXIT_REFUSED)
+        say(f"{node}/{deployment}: release {target_info.release} ({target_info.profile}, "
+            f"{target_info.engine.display_name} {target_info.engine_version}), "
+            f"{len(scenarios)} scenario(s)")
+        records = run_bench(transport, target_info, scenarios, run_id=token_hex(6),
+                            role="run", progress=progress)
+    if as_json:
+        click.echo(json.dumps([json.loads(r.to_line()) for r in records], indent=2))
+    else:
+        print_summaries(summarise(records), f"{node}/{deployment}: release "
+                        f"{target_info.release} ({target_info.profile})")
+    if any(r.value("failed") for r in records):
+        sys.exit(1)
+
+
+COMMANDS: list[click.Command] = [bench_command]
+"""Commands of this module."""

@@ -1,0 +1,110 @@
+"""Benchmark scenarios as data: what ``servefleet bench`` sends to an engine.
+
+A scenario file (``scenarios/*.yaml``) lists scenarios by name; each is one shape of load
+for vLLM's own load generator (``vllm bench serve``): random prompts of ``input_len``
+tokens asking for ``output_len`` tokens, ``prompts`` of them with at most ``concurrency``
+in flight, ``warmups`` requests first, once per seed. ``replay`` instead sends a recorded
+request mix (a JSONL file of ``{"prompt": …, "output_tokens": …}``, vLLM's ``custom``
+dataset). The seeds' suite (A–D) ships as ``scenarios/seeds.yaml``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import Field, ValidationError, model_validator
+
+from servefleet.core.errors import ConfigError
+from servefleet.core.models.common import StrictModel
+from servefleet.core.pydantic_errors import describe
+from servefleet.core.yamlfile import read_yaml
+
+SCENARIOS_DIR = "scenarios"
+DEFAULT_SCENARIOS = "scenarios/seeds.yaml"
+
+
+class Scenario(StrictModel):
+    """One shape of load."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+    """Short name shown in tables (``A``, ``long-prefill``)."""
+    description: str = ""
+    """What the scenario stands for (``chat, one user``)."""
+    input_len: int = Field(default=512, ge=1, le=1_048_576)
+    """Prompt tokens per request (random prompts)."""
+    output_len: int = Field(default=256, ge=1, le=131_072)
+    """Tokens asked per request; the engine is told to ignore EOS so every request
+    produces exactly this many."""
+    concurrency: int = Field(default=1, ge=1, le=4096)
+    """Requests in flight at most (``--max-concurrency``)."""
+    prompts: int = Field(default=32, ge=1, le=100_000)
+    """Requests measured per seed."""
+    warmups: int = Field(default=3, ge=0, le=1000)
+    """Requests sent first and not measured (CUDA graphs, caches)."""
+    seeds: list[int] = Field(default_factory=lambda: [42, 123], min_length=1, max_length=16)
+    """One run per seed; their spread is part of the noise band."""
+    replay: str | None = None
+    """A recorded request mix to send instead of random prompts: a JSONL file on the node
+    (vLLM's ``custom`` dataset), read inside the load generator's container."""
+
+    @model_validator(mode="after")
+    def _distinct_seeds(self) -> Scenario:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds repeat ({self.seeds}): each seed is one run; "
+                             "list each once")
+        return self
+
+    @property
+    def identity(self) -> str:
+        """12 hex of what the scenario sends: results of a scenario whose load changed
+        under the same name are never compared with the old ones."""
+        load = self.model_dump(exclude={"name", "description", "seeds"})
+        return hashlib.sha256(json.dumps(load, sort_keys=True).encode()).hexdigest()[:12]
+
+    def shape(self) -> str:
+        """``512/512 ×1``: input/output tokens and concurrency, for tables."""
+        head = f"replay {self.replay}" if self.replay else f"{self.input_len}/{self.output_len}"
+        return f"{head} ×{self.concurrency}"
+
+
+class ScenarioFile(StrictModel):
+    """A scenario file: ``scenarios:`` a list of :class:`Scenario`."""
+
+    scenarios: list[Scenario] = Field(min_length=1)
+    """The scenarios, run in this order."""
+
+    @model_validator(mode="after")
+    def _distinct_names(self) -> ScenarioFile:
+        names = [s.name for s in self.scenarios]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"scenario names repeat: {', '.join(twice)}; give each its own")
+        return self
+
+
+def load_scenarios(path: Path, display: str | None = None) -> list[Scenario]:
+    """The scenarios of ``path``; :class:`ConfigError` naming the file and field on a bad
+    one."""
+    shown = display or str(path)
+    data = read_yaml(path, shown)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{shown}: expected a mapping with 'scenarios:' at the top level")
+    try:
+        return ScenarioFile.model_validate(data).scenarios
+    except ValidationError as error:
+        raise ConfigError(describe(error, shown, model=ScenarioFile)) from None
+
+
+def select(scenarios: list[Scenario], names: list[str], source: str) -> list[Scenario]:
+    """The scenarios named (in the file's order), all when ``names`` is empty;
+    :class:`ConfigError` for a name the file lacks."""
+    if not names:
+        return scenarios
+    known = {s.name for s in scenarios}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"{source}: no scenario {', '.join(map(repr, unknown))} "
+                          f"(known: {', '.join(s.name for s in scenarios)})")
+    return [s for s in scenarios if s.name in names]
