@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from secrets import token_hex
 from typing import TYPE_CHECKING
@@ -25,6 +25,8 @@ from servefleet.cli.main import CliContext
 from servefleet.cli.rollout_common import console
 
 if TYPE_CHECKING:
+    from servefleet.adapters.bench.session import BenchProgress
+    from servefleet.adapters.rollout.results import ProgressEvent
     from servefleet.core.bench.compare import Change, Decision
     from servefleet.core.bench.summary import ScenarioSummary
     from servefleet.core.project import Project
@@ -75,7 +77,7 @@ def print_changes(changes: Sequence[Change], decision: Decision | None, title: s
     """The decision table (and the decision, when there is one)."""
     from rich.table import Table
 
-    from servefleet.core.bench.table import CHANGE_HEADER, change_row
+    from servefleet.core.bench.table import CHANGE_HEADER, TABLE_FIGURES, change_row
 
     out = console()
     table = Table(title=title, box=None, header_style="bold", title_justify="left")
@@ -83,8 +85,11 @@ def print_changes(changes: Sequence[Change], decision: Decision | None, title: s
         table.add_column(column, justify="left" if column in {"scenario", "figure",
                                                               "verdict"} else "right")
     for change in changes:
-        table.add_row(*change_row(change), style=_VERDICT_STYLE[change.verdict])
+        if change.figure in TABLE_FIGURES:
+            table.add_row(*change_row(change), style=_VERDICT_STYLE[change.verdict])
     out.print(table)
+    out.print("[dim]--json has every figure; the band is the largest of the control's move, "
+              "the seeds' spread and 2%[/dim]")
     if decision is not None:
         out.print(f"[bold]keep {decision.keep}[/bold]: {decision.reason}")
 
@@ -118,12 +123,60 @@ def _compare(transport_node: str, project: Project, deployment: str,
         sides.append(summarise(mine))
     changes = compare(sides[0], sides[1])
     if as_json:
-        click.echo(json.dumps([{"scenario": c.scenario, "figure": c.figure.key, "a": c.a,
-                                "b": c.b, "change": c.change, "band": c.band,
-                                "verdict": c.verdict} for c in changes], indent=2))
+        click.echo(json.dumps([_change_json(c) for c in changes], indent=2))
         return
     print_changes(changes, None, f"{transport_node}/{deployment}: {releases[0]} (A) against "
                   f"{releases[1]} (B); no control ran, so the band is the seeds' spread")
+
+
+def _ab(project: Project, node: str, deployment: str, profile_b: str, scenarios: list,
+        progress: BenchProgress, say: Callable[[str], None], keep_better: bool,
+        as_json: bool) -> None:
+    from servefleet.adapters.bench.ab import run_ab
+    from servefleet.cli.rollout_common import missing_error, secrets_from_env, show_findings
+    from servefleet.core.bench.summary import summarise
+
+    secrets, missing = secrets_from_env(project, [node])
+    if missing:
+        raise missing_error(missing)
+    show_findings(console(), project)
+
+    def deploy_line(event: ProgressEvent) -> None:
+        if event.phase in ("upload", "stop", "up", "health", "switch", "restore", "done"):
+            say(f"  [{event.elapsed:6.1f}s] {event.node} {event.phase}"
+                + (f": {event.message}" if event.message and event.phase == "done" else ""))
+
+    outcome = run_ab(project, node, deployment, profile_b, scenarios, run_id=token_hex(6),
+                     secrets=secrets, say=say, bench_progress=progress,
+                     deploy_progress=deploy_line, keep_better=keep_better)
+    if as_json:
+        click.echo(json.dumps({
+            "a": outcome.profile_a, "b": outcome.profile_b, "serving": outcome.serving,
+            "failure": outcome.failure,
+            "decision": None if outcome.decision is None else {
+                "keep": outcome.decision.keep, "reason": outcome.decision.reason},
+            "changes": [_change_json(c) for c in outcome.changes],
+            "records": {role: [json.loads(r.to_line()) for r in records]
+                        for role, records in outcome.records.items()}}, indent=2))
+    else:
+        for role, records in outcome.records.items():
+            print_summaries(summarise(records), f"{role}: {records[0].profile}, release "
+                            f"{records[0].release}")
+        if outcome.changes:
+            print_changes(outcome.changes, outcome.decision,
+                          f"{node}/{deployment}: A = {outcome.profile_a}, B = "
+                          f"{outcome.profile_b}, A' = A again (the control)")
+        console().print(f"{node}/{deployment} now serves "
+                        f"[bold]{outcome.serving or 'nothing known'}[/bold]")
+    if outcome.failure:
+        click.echo(f"error: {outcome.failure}", err=True)
+        sys.exit(1)
+
+
+def _change_json(change: Change) -> dict[str, object]:
+    return {"scenario": change.scenario, "figure": change.figure.key, "a": change.a,
+            "b": change.b, "control": change.control, "change": change.change,
+            "band": change.band, "verdict": change.verdict}
 
 
 @click.command("bench")
@@ -135,11 +188,17 @@ def _compare(transport_node: str, project: Project, deployment: str,
               help="Only these scenarios, comma-separated (A,C).")
 @click.option("--compare", "compare_releases", nargs=2, default=None,
               metavar="R1 R2", help="Compare two releases' recorded figures; runs nothing.")
+@click.option("--ab", "profile_b", default=None, metavar="PROFILE_B",
+               help="Bench A (what runs), deploy PROFILE_B gated and bench it, put A back "
+                    "and bench it again (the control), then print the decision table.")
+@click.option("--keep-better", is_flag=True,
+              help="With --ab: leave the node on the winner (B deployed again, gated).")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
 @click.pass_obj
 def bench_command(obj: CliContext, target: str, deployment: str | None,
                   scenarios_path: str | None, only: str | None,
-                  compare_releases: tuple[str, str] | None, as_json: bool) -> None:
+                  compare_releases: tuple[str, str] | None, profile_b: str | None,
+                  keep_better: bool, as_json: bool) -> None:
     """Measure the engine NODE serves with vLLM's `vllm bench serve`, scenario by scenario
     (output tok/s, TTFT, TPOT, ITL, errors, KV peak, speculative acceptance), and keep
     the figures on the node with the release they measured (`history` shows them)."""
@@ -162,6 +221,8 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
     if compare_releases:
         _compare(node, project, deployment, compare_releases, as_json)
         return
+    if keep_better and profile_b is None:
+        raise click.UsageError("--keep-better goes with --ab PROFILE_B")
     scenarios = _scenarios(project, scenarios_path, only)
     say = (lambda text: click.echo(text, err=True)) if as_json else click.echo
     progress = BenchProgress(
@@ -172,6 +233,10 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
             f"{node}/{deployment} {r.scenario} seed {r.seed}: "
             f"{r.value('output_throughput') or 0:,.1f} out tok/s, TTFT "
             f"{r.value('mean_ttft_ms') or 0:,.1f} ms, {int(r.value('failed') or 0)} failed"))
+    if profile_b is not None:
+        _ab(project, node, deployment, profile_b, scenarios, progress, say, keep_better,
+            as_json)
+        return
     with SshTransport(project.nodes[node]) as transport:
         try:
             target_info = bench_target(transport, deployment)

@@ -30,7 +30,9 @@ class ScenarioSummary:
     kv_peak: float | None = None
     """The highest KV usage (0-1) the engine reported during any seed's run."""
     acceptance_rate: float | None = None
+    """Speculative decoding: accepted / drafted tokens (0-1), mean over the seeds."""
     acceptance_length: float | None = None
+    """Speculative decoding: 1 + accepted tokens per draft (the bonus token included)."""
 
 
 def _relative_spread(values: Sequence[float]) -> float:
@@ -49,7 +51,9 @@ def summarise_one(records: Sequence[BenchRecord]) -> ScenarioSummary:
             means[figure.key] = mean(values)
             spread[figure.key] = _relative_spread(values)
     peaks = [v for r in records if (v := r.value("kv_peak")) is not None]
-    rates = [v for r in records if (v := r.value("spec_decode_acceptance_rate")) is not None]
+    # `vllm bench serve` reports the acceptance rate in percent (accepted / drafted * 100).
+    rates = [v / 100 for r in records
+             if (v := r.value("spec_decode_acceptance_rate")) is not None]
     lengths = [v for r in records
                if (v := r.value("spec_decode_acceptance_length")) is not None]
     errors = tuple(str(e) for r in records for e in r.figures.get("errors") or [])

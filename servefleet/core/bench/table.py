@@ -48,8 +48,7 @@ def chart(summaries: Sequence[ScenarioSummary], width: int = 40,
              _number(v)) for s, v in zip(summaries, values, strict=True)]
 
 
-CHANGE_HEADER = ("scenario", "figure", "A", "B", "A' (control)", "change", "noise band",
-                 "verdict")
+CHANGE_HEADER = ("scenario", "figure", "A", "B", "A'", "change", "band", "verdict")
 
 
 def change_row(change: Change) -> tuple[str, ...]:
