@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from servefleet.adapters.bench.session import BenchProgress
     from servefleet.adapters.rollout.results import ProgressEvent
     from servefleet.core.bench.compare import Change, Decision
+    from servefleet.core.bench.record import BenchRecord
     from servefleet.core.bench.summary import ScenarioSummary
     from servefleet.core.project import Project
 
@@ -173,6 +174,34 @@ def _ab(project: Project, node: str, deployment: str, profile_b: str, scenarios:
         sys.exit(1)
 
 
+def _print_stability(project: Project, profile: str, records: Sequence[BenchRecord],
+                     as_json: bool) -> None:
+    """Per scenario: the prompts every run answered alike, and why a profile is expected
+    to differ (speculative decoding, several llama.cpp slots) when it is."""
+    from servefleet.core.bench.stability import stability
+    from servefleet.core.determinism import instability_reason
+
+    by_scenario: dict[str, list[BenchRecord]] = {}
+    for record in records:
+        by_scenario.setdefault(record.scenario, []).append(record)
+    results = [stability(group) for group in by_scenario.values()]
+    known = project.profiles.get(profile)
+    reason = instability_reason(known) if known is not None else None
+    if as_json:
+        click.echo(json.dumps([{"scenario": r.scenario, "runs": r.runs, "prompts": r.prompts,
+                                "stable": r.stable, "unstable": list(r.unstable),
+                                "expected_reason": reason} for r in results], indent=2))
+        return
+    out = console()
+    for result in results:
+        colour = "green" if not result.unstable else "yellow" if reason else "red"
+        out.print(f"[{colour}]{result.scenario}: {result.text()}[/{colour}]"
+                  + (f" (prompts {', '.join(str(i + 1) for i in result.unstable)} differ)"
+                     if result.unstable else ""))
+    if reason and any(r.unstable for r in results):
+        out.print(f"[dim]expected for {profile}: {reason}[/dim]")
+
+
 def _change_json(change: Change) -> dict[str, object]:
     return {"scenario": change.scenario, "figure": change.figure.key, "a": change.a,
             "b": change.b, "control": change.control, "change": change.change,
@@ -193,12 +222,15 @@ def _change_json(change: Change) -> dict[str, object]:
                     "and bench it again (the control), then print the decision table.")
 @click.option("--keep-better", is_flag=True,
               help="With --ab: leave the node on the winner (B deployed again, gated).")
+@click.option("--repeat", type=click.IntRange(2, 20), default=None, metavar="N",
+              help="Run each scenario N times with its first seed at temperature 0 and "
+                   "report, per prompt, whether every run answered alike.")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
 @click.pass_obj
 def bench_command(obj: CliContext, target: str, deployment: str | None,
                   scenarios_path: str | None, only: str | None,
                   compare_releases: tuple[str, str] | None, profile_b: str | None,
-                  keep_better: bool, as_json: bool) -> None:
+                  keep_better: bool, repeat: int | None, as_json: bool) -> None:
     """Measure the engine NODE serves with vLLM's `vllm bench serve`, scenario by scenario
     (output tok/s, TTFT, TPOT, ITL, errors, KV peak, speculative acceptance), and keep
     the figures on the node with the release they measured (`history` shows them)."""
@@ -223,6 +255,8 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
         return
     if keep_better and profile_b is None:
         raise click.UsageError("--keep-better goes with --ab PROFILE_B")
+    if repeat and profile_b is not None:
+        raise click.UsageError("--repeat and --ab are separate runs: run one, then the other")
     scenarios = _scenarios(project, scenarios_path, only)
     say = (lambda text: click.echo(text, err=True)) if as_json else click.echo
     progress = BenchProgress(
@@ -247,8 +281,11 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
             f"{target_info.engine.display_name} {target_info.engine_version}), "
             f"{len(scenarios)} scenario(s)")
         records = run_bench(transport, target_info, scenarios, run_id=token_hex(6),
-                            role="run", progress=progress)
-    if as_json:
+                            role="repeat" if repeat else "run", progress=progress,
+                            repeat=repeat or 0)
+    if repeat:
+        _print_stability(project, target_info.profile, records, as_json)
+    elif as_json:
         click.echo(json.dumps([json.loads(r.to_line()) for r in records], indent=2))
     else:
         print_summaries(summarise(records), f"{node}/{deployment}: release "

@@ -13,6 +13,7 @@ from servefleet.adapters.rollout.compose_ssh import ComposeSshRuntime
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bench.record import BenchRecord, Role
 from servefleet.core.bench.scenario import Scenario
+from servefleet.core.bench.stability import answer_digests
 from servefleet.core.engines import EngineSpec, engine_named
 from servefleet.core.errors import ServefleetError
 
@@ -86,19 +87,25 @@ class BenchProgress:
 
 def run_bench(transport: SshTransport, target: BenchTarget, scenarios: Sequence[Scenario],
               *, run_id: str, role: Role, progress: BenchProgress,
-              texts: bool = False) -> list[BenchRecord]:
+              repeat: int = 0) -> list[BenchRecord]:
     """Every scenario with every seed against ``target``, each record kept on the node
-    when its run ends; the records, in order."""
+    when its run ends; the records, in order. ``repeat`` > 0 runs each scenario that many
+    times with its first seed instead, keeping a digest of every answer
+    (:mod:`servefleet.core.bench.stability`)."""
     records: list[BenchRecord] = []
     for scenario in scenarios:
-        for seed in scenario.seeds:
+        seeds = [scenario.seeds[0]] * repeat if repeat else scenario.seeds
+        for seed in seeds:
             progress.started(scenario, seed)
             job = job_for(scenario, seed, port=target.port,
-                          kv_gauges=target.engine.kv_usage_gauges, texts=texts)
+                          kv_gauges=target.engine.kv_usage_gauges, texts=bool(repeat))
             result = run_load(
                 transport, target.deployment, job, timeout=60 + SECONDS_PER_PROMPT_BOUND * (
                     scenario.prompts + scenario.warmups),
                 alive=functools.partial(progress.alive, scenario, seed))
+            figures = {k: v for k, v in result.figures.items() if k != "texts"}
+            if repeat:
+                figures["answers"] = answer_digests(result.figures.get("texts") or [])
             record = BenchRecord(
                 at=datetime.now(UTC).isoformat(timespec="seconds"), run_id=run_id,
                 role=role, node=target.node, deployment=target.deployment,
@@ -107,7 +114,7 @@ def run_bench(transport: SshTransport, target: BenchTarget, scenarios: Sequence[
                 engine_version=target.engine_version, image=target.image,
                 image_id=result.image_id, scenario=scenario.name,
                 scenario_identity=scenario.identity, shape=scenario.shape(), seed=seed,
-                figures={k: v for k, v in result.figures.items() if k != "texts"})
+                figures=figures)
             append_record(transport, record)
             records.append(record)
             progress.finished(record)
