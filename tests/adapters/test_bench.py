@@ -1,0 +1,65 @@
+"""Reading the bench command's lines (the node side runs for real in
+``tests/sim/test_bench_fleet.py``); the node command's values arrive as parameters only."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+
+import pytest
+
+from servefleet.adapters.bench import (
+    EXIT,
+    RESULT,
+    append_command,
+    follow,
+    job_for,
+    load_program,
+    run_command,
+)
+from servefleet.core.bench.scenario import Scenario
+from servefleet.core.errors import RemoteError
+from tests.core.bench.test_compare import rec
+
+
+def lines(*items: str) -> list[str]:
+    return list(items)
+
+
+def test_a_result_comes_with_the_image_and_heartbeats() -> None:
+    beats: list[float] = []
+    result = follow(lines("@@bench-image sha256:abc", "@@bench-alive 2", "noise",
+                          RESULT + json.dumps({"completed": 4}), EXIT + "0"), "n", beats.append)
+    assert (result.image_id, result.figures, beats) == ("sha256:abc", {"completed": 4}, [2.0])
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    ((EXIT + "4",), "no running engine container"),
+    (("@@bench-error vllm bench serve exited with status 2: usage", EXIT + "1"),
+     "exited with status 2: usage"),
+    (("Traceback", "ImportError: x", EXIT + "1"), "status 1: Traceback | ImportError: x"),
+    (("@@bench-alive 4",), "cut short"),
+])
+def test_no_result_says_why(given: tuple[str, ...], says: str) -> None:
+    with pytest.raises(RemoteError, match=says):
+        follow(lines(*given), "n", lambda _s: None)
+
+
+def test_values_reach_the_node_as_parameters_only() -> None:
+    job = job_for(Scenario(name="A"), 42, port=8000, kv_gauges=["vllm:kv_cache_usage_perc"])
+    argv = run_command("x'; rm -rf /; '", job)
+    assert argv[:2] == ["sh", "-c"] and "rm -rf" not in argv[2]
+    assert argv[5] == load_program() and json.loads(argv[6]) == job
+    record = rec("A", 42, 1, 1)
+    appended = append_command("/srv/base", "main", record)
+    assert appended[-1] == record.to_line() and record.to_line() not in appended[2]
+
+
+def test_the_append_script_keeps_a_line_with_quotes_and_newlines_escaped(tmp_path) -> None:
+    record = rec("A", 42, 1, 1, errors=["it's \"bad\"\nreally"])
+    (tmp_path / "main").mkdir()
+    subprocess.run(shlex.join(append_command(str(tmp_path), "main", record)), shell=True,
+                   check=True)
+    [line] = (tmp_path / "main" / "bench.jsonl").read_text().splitlines()
+    assert line == record.to_line()
