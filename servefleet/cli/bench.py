@@ -25,8 +25,9 @@ from servefleet.cli.main import CliContext
 from servefleet.cli.rollout_common import console
 
 if TYPE_CHECKING:
-    from servefleet.adapters.bench.session import BenchProgress
+    from servefleet.adapters.bench.session import BenchProgress, BenchTarget
     from servefleet.adapters.rollout.results import ProgressEvent
+    from servefleet.adapters.ssh import SshTransport
     from servefleet.core.bench.compare import Change, Decision
     from servefleet.core.bench.record import BenchRecord
     from servefleet.core.bench.summary import ScenarioSummary
@@ -174,6 +175,28 @@ def _ab(project: Project, node: str, deployment: str, profile_b: str, scenarios:
         sys.exit(1)
 
 
+def _canaries(transport: SshTransport, project: Project, target: BenchTarget, path: str,
+              as_json: bool) -> None:
+    """Send a canary file's canaries, print and record the verdicts; exit 1 on a failure."""
+    from servefleet.adapters.bench.canaries import run_canaries
+    from servefleet.cli.rollout_common import node_secrets
+    from servefleet.core.canary import load_canaries
+
+    file = Path(path) if Path(path).is_absolute() else project.root / path
+    rows = run_canaries(transport, target, load_canaries(file, path), run_id=token_hex(6),
+                        secrets=node_secrets(project, target.node))
+    if as_json:
+        click.echo(json.dumps([row.to_json() for row in rows], indent=2))
+    else:
+        out = console()
+        for row in rows:
+            colour = "green" if row.verdict == "pass" else "red"
+            out.print(f"[{colour}]{row.fact}: {row.verdict}[/{colour}] ({row.expected}): "
+                      f"{row.observed}; {'; '.join(row.evidence)}")
+    if any(row.verdict == "fail" for row in rows):
+        sys.exit(1)
+
+
 def _print_stability(project: Project, profile: str, records: Sequence[BenchRecord],
                      as_json: bool) -> None:
     """Per scenario: the prompts every run answered alike, and why a profile is expected
@@ -225,12 +248,16 @@ def _change_json(change: Change) -> dict[str, object]:
 @click.option("--repeat", type=click.IntRange(2, 20), default=None, metavar="N",
               help="Run each scenario N times with its first seed at temperature 0 and "
                    "report, per prompt, whether every run answered alike.")
+@click.option("--canaries", "canaries_path", default=None, metavar="FILE",
+              help="Send the canaries of FILE (prompts with a checked answer) instead of "
+                   "the scenarios; each verdict is recorded.")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
 @click.pass_obj
 def bench_command(obj: CliContext, target: str, deployment: str | None,
                   scenarios_path: str | None, only: str | None,
                   compare_releases: tuple[str, str] | None, profile_b: str | None,
-                  keep_better: bool, repeat: int | None, as_json: bool) -> None:
+                  keep_better: bool, repeat: int | None, canaries_path: str | None,
+                  as_json: bool) -> None:
     """Measure the engine NODE serves with vLLM's `vllm bench serve`, scenario by scenario
     (output tok/s, TTFT, TPOT, ITL, errors, KV peak, speculative acceptance), and keep
     the figures on the node with the release they measured (`history` shows them)."""
@@ -255,6 +282,8 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
         return
     if keep_better and profile_b is None:
         raise click.UsageError("--keep-better goes with --ab PROFILE_B")
+    if canaries_path and (repeat or profile_b):
+        raise click.UsageError("--canaries runs alone: not with --repeat or --ab")
     if repeat and profile_b is not None:
         raise click.UsageError("--repeat and --ab are separate runs: run one, then the other")
     scenarios = _scenarios(project, scenarios_path, only)
@@ -277,6 +306,9 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
         except BenchRefused as error:
             click.echo(f"refused: {error}", err=True)
             sys.exit(EXIT_REFUSED)
+        if canaries_path is not None:
+            _canaries(transport, project, target_info, canaries_path, as_json)
+            return
         say(f"{node}/{deployment}: release {target_info.release} ({target_info.profile}, "
             f"{target_info.engine.display_name} {target_info.engine_version}), "
             f"{len(scenarios)} scenario(s)")

@@ -333,7 +333,9 @@ def profile_identity(profile: Profile) -> str:
     """sha256 over the resolved profile's behaviour-defining fields.
 
     Name, description and ``extends`` are left out: renaming a profile or moving a setting
-    into a parent does not change what runs.
+    into a parent does not change what runs; nor do the canaries, which judge an engine.
     """
-    data = profile.model_dump(mode="json", exclude={"name", "description", "extends"})
+    data = profile.model_dump(mode="json", exclude={"name": True, "description": True,
+                                                    "extends": True,
+                                                    "health": {"canaries"}})
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()

@@ -6,6 +6,7 @@ refused. The tests share one deployment (``bn`` on sim-spark-1) and run in file 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shutil
@@ -21,6 +22,8 @@ from servefleet.adapters.lock import NodeLock
 from servefleet.adapters.rollout import deploy
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bench.record import BENCH_FILE, parse_records
+from servefleet.core.models import Deployment
+from servefleet.core.models.health import Canary
 from servefleet.core.project import Project, load_project
 from servefleet.sim.testbed import FleetHandle
 from tests.fleet_helpers import wiped_project
@@ -160,6 +163,52 @@ def test_ab_of_mtp_runs_the_control_and_leaves_the_node_on_a_gated(
     again = run("bench", f"{NODE}/{DEP}", "--only", "A", "--json")
     assert again.exit_code == 0, again.output
     assert {r["profile"] for r in json.loads(again.stdout)} == {"qwen36-fp8"}
+
+
+def test_canaries_are_sent_and_their_verdicts_recorded(
+        bed: tuple[Project, Callable[..., Result]], tmp_path: Path) -> None:
+    project, run = bed
+    file = tmp_path / "canaries.yaml"
+    file.write_text(yaml.safe_dump({"canaries": [
+        {"name": "answers", "prompt": "Say hello.", "expect": r"\w", "max_tokens": 8},
+        {"name": "never", "prompt": "Say hello.", "expect": "zq-never-said-zq",
+         "max_tokens": 8}]}))
+    done = run("bench", f"{NODE}/{DEP}", "--canaries", str(file), "--json")
+    assert done.exit_code == 1, done.output
+    rows = {row["fact"]: row for row in json.loads(done.stdout)}
+    assert rows["canary answers"]["verdict"] == "pass"
+    assert rows["canary never"]["verdict"] == "fail"
+    assert rows["canary never"]["evidence"][0].startswith("answer: '")  # the real answer
+    kept = [r for r in node_records(project) if r.role == "canary"][-2:]
+    assert [(r.scenario, r.figures["passed"]) for r in kept] == [("answers", True),
+                                                                ("never", False)]
+
+
+def test_a_profile_whose_canary_fails_fails_its_gate_and_the_node_keeps_a(
+        bed: tuple[Project, Callable[..., Result]]) -> None:
+    project, _ = bed
+    before = bench_target_profile(project)
+    canaried = project.profiles["qwen36-fp8"].model_copy(update={
+        "name": "qwen36-fp8-canaried",
+        "health": project.profiles["qwen36-fp8"].health.model_copy(update={"canaries": [
+            Canary(name="never", prompt="Say hello.", expect="zq-never-said-zq",
+                   max_tokens=8)]})})
+    stack = project.stack.model_copy(update={"deployments": [
+        Deployment(node=NODE, name=DEP, profile=canaried.name, port=PORT)]})
+    [result] = deploy(dataclasses.replace(
+        project, stack=stack, profiles={**project.profiles, canaried.name: canaried}),
+        [NODE], secrets=SECRETS)
+    [deployed] = result.deployments
+    assert deployed.status == "rolled_back", result.to_json()
+    assert deployed.failure is not None and "canary never" in deployed.failure.message
+    assert bench_target_profile(project) == before == "qwen36-fp8"
+
+
+def bench_target_profile(project: Project) -> str:
+    from servefleet.adapters.bench.session import bench_target
+
+    with SshTransport(project.nodes[NODE]) as transport:
+        return bench_target(transport, DEP).profile
 
 
 def test_a_node_a_rollout_holds_is_refused(

@@ -9,6 +9,7 @@ from servefleet.adapters.probes.client import EngineClient
 from servefleet.adapters.probes.engines import ENGINE_PROBES, ProbeCall, Step
 from servefleet.adapters.probes.shared import (
     ProbeResults,
+    probe_canaries,
     probe_chat,
     probe_determinism,
     probe_health,
@@ -67,6 +68,10 @@ def run_probes(client: EngineClient, profile: Profile, *, chat: bool | None = No
         steps.append(lambda: [probe_chat(client, served, results)])
     if determinism:
         steps.append(lambda: [probe_determinism(client, profile, results)])
+    if profile.health.canaries:
+        # After the chat probe (the engine answers at all), before the metrics' probes,
+        # the last of which may kill an engine that has the bug it looks for.
+        steps.append(lambda: probe_canaries(client, served, profile.health.canaries))
     steps += own.metrics(call)
     for step in steps:
         found = step()

@@ -4,16 +4,18 @@ determinism probe; the results of a run and the row helpers every probe uses."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from servefleet.adapters.probes.client import EngineClient, HttpAnswer
+from servefleet.core.canary import expected_text, judge_canary
 from servefleet.core.determinism import judge_determinism
 from servefleet.core.engines import ENGINES
 from servefleet.core.health_table import CheckRow, Verdict, shown
 from servefleet.core.metrics import MetricsError
 from servefleet.core.models import Profile
+from servefleet.core.models.health import Canary
 
 UNAVAILABLE_503 = "still loading the model, or unavailable"
 """What a 503 from ``/health`` says of an engine the registry does not know."""
@@ -176,6 +178,24 @@ def determinism_outputs(client: EngineClient, served_name: str,
             return outputs, f"run {run}: {why}"
         outputs.append(content)
     return outputs, None
+
+
+def probe_canaries(client: EngineClient, served_name: str,
+                   canaries: Sequence[Canary]) -> list[CheckRow]:
+    """Each canary at temperature 0 with thinking off, its answer judged
+    (:mod:`servefleet.core.canary`); one that gets no answer fails."""
+    rows = []
+    for canary in canaries:
+        answer = client.post_json("/v1/chat/completions",
+                                  chat_payload(served_name, canary.prompt, canary.max_tokens),
+                                  CHAT_TIMEOUT_SECONDS)
+        content, why = _content(answer)
+        if content is None:
+            rows.append(_row(f"canary {canary.name}", expected_text(canary), why, "fail",
+                             answer.shown()))
+        else:
+            rows.append(judge_canary(canary, content))
+    return rows
 
 
 def probe_determinism(client: EngineClient, profile: Profile,

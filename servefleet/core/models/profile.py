@@ -20,6 +20,9 @@ from servefleet.core.models.common import (
     StrictModel,
     Text,
 )
+from servefleet.core.models.health import CudaGraphMode as CudaGraphMode
+from servefleet.core.models.health import DeterminismSettings as DeterminismSettings
+from servefleet.core.models.health import HealthExpectations
 from servefleet.core.models.weights import ModelSource
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
@@ -47,7 +50,6 @@ KvCacheDtype = Literal[
 ]
 """Every ``--kv-cache-dtype`` value of vLLM up to 0.33; rules check the version."""
 
-CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -365,35 +367,6 @@ class PatchOverlay(StrictModel):
         if self.url is not None and not self.url.startswith("https://"):
             raise ValueError("'url' must start with https://")
         return self
-
-
-class DeterminismSettings(StrictModel):
-    """The opt-in determinism probe."""
-
-    wanted: bool = False
-    """The operator needs identical outputs for identical temperature-0 requests."""
-    probe: bool = False
-    """Run the n=3 determinism probe after boot."""
-
-
-class HealthExpectations(StrictModel):
-    """What a healthy boot of this profile looks like."""
-
-    min_kv_cache_tokens: int | None = Field(None, ge=0)
-    """Smallest acceptable KV pool (``GPU KV cache size``)."""
-    cudagraph_mode: CudaGraphMode | None = None
-    """Expected final CUDA-graph mode; derived when empty (see the rules)."""
-    boot_deadline_seconds: int = Field(900, ge=10, le=7200)
-    """Give up on a boot after this long (a 42-shard load takes ~5 minutes)."""
-    kv_tolerance: float = Field(0.05, ge=0, le=1)
-    """Relative change of the KV pool against the node's baseline that is flagged."""
-    kv_prediction_tolerance: float = Field(0.25, ge=0, le=1, exclude=True)
-    """How far below the planner's predicted KV pool a boot may land before the gate fails
-    (left out of the profile identity: it judges a boot, it does not change one)."""
-    chat_probe: bool = True
-    """Send one short chat completion (thinking off) and require content."""
-    determinism: DeterminismSettings = Field(default_factory=DeterminismSettings)
-    """Determinism wishes and probe."""
 
 
 ENGINE_SETTINGS: dict[str, tuple[str, type[StrictModel] | None]] = {
