@@ -26,6 +26,7 @@ Layout on a node (``base`` is the inventory's ``base_dir``)::
                                     release (renamed ``servefleet-<deployment>-adopted``)
         staging/<id>.<pid>/         uploads land here, then are renamed into releases/
         audit.log                   one tab-separated line per action
+        bench.jsonl                 one JSON line per ``servefleet bench`` run of a scenario
 
 A cut connection during an upload leaves at most a folder under ``staging/`` (removed by
 the next prune), never a half release under ``releases/`` and never a ``current`` that
