@@ -7,14 +7,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from servefleet.core.errors import ConfigError
 from servefleet.core.health_table import CheckRow
+from servefleet.core.modelfile import read_model_file
 from servefleet.core.models.common import StrictModel
 from servefleet.core.models.health import Canary
-from servefleet.core.pydantic_errors import describe
-from servefleet.core.yamlfile import read_yaml
 
 SHOWN_CHARS = 160
 
@@ -52,11 +50,4 @@ class CanaryFile(StrictModel):
 
 def load_canaries(path: Path, display: str | None = None) -> list[Canary]:
     """The canaries of ``path``; :class:`ConfigError` naming the file and field."""
-    shown = display or str(path)
-    data = read_yaml(path, shown)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{shown}: expected a mapping with 'canaries:' at the top level")
-    try:
-        return CanaryFile.model_validate(data).canaries
-    except ValidationError as error:
-        raise ConfigError(describe(error, shown, model=CanaryFile)) from None
+    return read_model_file(path, CanaryFile, "canaries", display).canaries

@@ -14,12 +14,11 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from servefleet.core.errors import ConfigError
+from servefleet.core.modelfile import read_model_file
 from servefleet.core.models.common import StrictModel
-from servefleet.core.pydantic_errors import describe
-from servefleet.core.yamlfile import read_yaml
 
 SCENARIOS_DIR = "scenarios"
 DEFAULT_SCENARIOS = "scenarios/seeds.yaml"
@@ -87,14 +86,7 @@ class ScenarioFile(StrictModel):
 def load_scenarios(path: Path, display: str | None = None) -> list[Scenario]:
     """The scenarios of ``path``; :class:`ConfigError` naming the file and field on a bad
     one."""
-    shown = display or str(path)
-    data = read_yaml(path, shown)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{shown}: expected a mapping with 'scenarios:' at the top level")
-    try:
-        return ScenarioFile.model_validate(data).scenarios
-    except ValidationError as error:
-        raise ConfigError(describe(error, shown, model=ScenarioFile)) from None
+    return read_model_file(path, ScenarioFile, "scenarios", display).scenarios
 
 
 def select(scenarios: list[Scenario], names: list[str], source: str) -> list[Scenario]:
