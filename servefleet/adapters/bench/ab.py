@@ -112,9 +112,19 @@ def run_ab(project: Project, node: str, deployment: str, profile_b: str,
         outcome.failure = f"deploy of {profile} {status}: {why}"
         return False
 
-    if not bench("A", entry.profile) or not switch(profile_b) or not bench("B", profile_b):
-        return outcome
-    if not switch(entry.profile) or not bench("control", entry.profile):
+    try:
+        if not bench("A", entry.profile) or not switch(profile_b) \
+                or not bench("B", profile_b):
+            return outcome
+        if not switch(entry.profile) or not bench("control", entry.profile):
+            return outcome
+    except KeyboardInterrupt:
+        # Ctrl-C during a bench: its remote command has stopped; a deploy handles its own
+        # signals and ends restored or committed. Say where the node was left.
+        outcome.failure = (f"interrupted; {node}/{deployment} serves "
+                           f"{outcome.serving or 'nothing known'}, gated"
+                           + ("" if outcome.serving == entry.profile else
+                              f": `servefleet deploy {node}` puts {entry.profile} back"))
         return outcome
     outcome.changes = compare(summarise(outcome.records["A"]),
                               summarise(outcome.records["B"]),
