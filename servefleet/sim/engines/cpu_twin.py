@@ -136,8 +136,9 @@ UNSHOWN = {
 the node's inventory lists them (``sim.engines``) so the health gate and drift do not
 expect them."""
 
-STANDIN = {"vllm": ["vllm", "serve"], "llama.cpp": ["/app/llama-server"]}
-"""The stand-in image's own entrypoints (servefleet/sim/standin/Dockerfile.*)."""
+STANDIN = {"vllm": ["/usr/local/bin/vllm", "serve"], "llama.cpp": ["/app/llama-server"]}
+"""The stand-in image's own entrypoints (servefleet/sim/standin/Dockerfile.*), by their
+paths: the node's PATH puts the real engine's commands first, as a real image has them."""
 
 
 def _split(arg: str) -> tuple[str, str | None]:
