@@ -73,7 +73,7 @@ def job_for(scenario: Scenario, seed: int, *, port: int, kv_gauges: Iterable[str
     return {"base_url": f"http://127.0.0.1:{port}", "seed": seed,
             "input_len": scenario.input_len, "output_len": scenario.output_len,
             "concurrency": scenario.concurrency, "prompts": scenario.prompts,
-            "warmups": scenario.warmups, "replay": scenario.replay,
+            "warmups": scenario.warmups,
             "kv_gauges": list(kv_gauges), "texts": texts}
 
 

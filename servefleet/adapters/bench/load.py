@@ -94,12 +94,8 @@ def argv_for(job, tokenizer, result_dir):
     ]
     if job.get("texts"):
         argv.append("--save-detailed")
-    if job.get("replay"):
-        argv += ["--dataset-name", "custom", "--dataset-path", job["replay"],
-                 "--custom-output-len", str(job["output_len"])]
-    else:
-        argv += ["--dataset-name", "random", "--random-input-len", str(job["input_len"]),
-                 "--random-output-len", str(job["output_len"]), "--ignore-eos"]
+    argv += ["--dataset-name", "random", "--random-input-len", str(job["input_len"]),
+             "--random-output-len", str(job["output_len"]), "--ignore-eos"]
     return argv
 
 

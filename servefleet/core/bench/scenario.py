@@ -3,9 +3,8 @@
 A scenario file (``scenarios/*.yaml``) lists scenarios by name; each is one shape of load
 for vLLM's own load generator (``vllm bench serve``): random prompts of ``input_len``
 tokens asking for ``output_len`` tokens, ``prompts`` of them with at most ``concurrency``
-in flight, ``warmups`` requests first, once per seed. ``replay`` instead sends a recorded
-request mix (a JSONL file of ``{"prompt": …, "output_tokens": …}``, vLLM's ``custom``
-dataset). The seeds' suite (A–D) ships as ``scenarios/seeds.yaml``.
+in flight, ``warmups`` requests first, once per seed. The seeds' suite (A–D) ships as
+``scenarios/seeds.yaml``.
 """
 
 from __future__ import annotations
@@ -44,9 +43,6 @@ class Scenario(StrictModel):
     """Requests sent first and not measured (CUDA graphs, caches)."""
     seeds: list[int] = Field(default_factory=lambda: [42, 123], min_length=1, max_length=16)
     """One run per seed; their spread is part of the noise band."""
-    replay: str | None = None
-    """A recorded request mix to send instead of random prompts: a JSONL file on the node
-    (vLLM's ``custom`` dataset), read inside the load generator's container."""
 
     @model_validator(mode="after")
     def _distinct_seeds(self) -> Scenario:
@@ -64,8 +60,7 @@ class Scenario(StrictModel):
 
     def shape(self) -> str:
         """``512/512 ×1``: input/output tokens and concurrency, for tables."""
-        head = f"replay {self.replay}" if self.replay else f"{self.input_len}/{self.output_len}"
-        return f"{head} ×{self.concurrency}"
+        return f"{self.input_len}/{self.output_len} ×{self.concurrency}"
 
 
 class ScenarioFile(StrictModel):
