@@ -136,3 +136,22 @@ def test_an_explicit_kv_budget_sizes_the_pool_instead_of_the_nodes_kv_space(
         out = subprocess.run([sys.executable, cpu_twin.__file__, "vllm", "Qwen/X", *extra],
                              env=env, capture_output=True, text=True, check=True)
         assert out.stdout.splitlines()[-1].startswith(f"space={space} serve {TWIN}")
+
+
+def test_the_stand_in_answers_even_with_the_real_engine_first_on_path(tmp_path: Path) -> None:
+    """A simulated node's PATH starts with the real engine's commands (a bench needs
+    `vllm bench serve`); the stand-in run must not pick the real `vllm` from it."""
+    control = tmp_path / "control"
+    control.mkdir()
+    (control / "fault").write_text("kv_oom\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text('#!/bin/sh\necho "stand-in on PATH=$PATH"\n')
+    (bin_dir / "vllm").chmod(0o755)
+    env = {**os.environ, "STANDIN_CONTROL_DIR": str(control),
+           "PATH": f"{cpu_twin.ENGINE_MOUNT}/bin:{bin_dir}:{os.environ['PATH']}",
+           "SIM_ENGINE_ENTRYPOINT": "[]", "SIM_ENGINE_MODEL": TWIN}
+    out = subprocess.run([sys.executable, cpu_twin.__file__, "vllm", "Qwen/X"], env=env,
+                         capture_output=True, text=True, check=True)
+    last = out.stdout.splitlines()[-1]
+    assert last.startswith("stand-in on PATH=") and cpu_twin.ENGINE_MOUNT not in last

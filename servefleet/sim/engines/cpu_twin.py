@@ -136,9 +136,17 @@ UNSHOWN = {
 the node's inventory lists them (``sim.engines``) so the health gate and drift do not
 expect them."""
 
-STANDIN = {"vllm": ["/usr/local/bin/vllm", "serve"], "llama.cpp": ["/app/llama-server"]}
-"""The stand-in image's own entrypoints (servefleet/sim/standin/Dockerfile.*), by their
-paths: the node's PATH puts the real engine's commands first, as a real image has them."""
+STANDIN = {"vllm": ["vllm", "serve"], "llama.cpp": ["/app/llama-server"]}
+"""The stand-in image's own entrypoints (servefleet/sim/standin/Dockerfile.*)."""
+ENGINE_MOUNT = "/opt/servefleet-engine"
+"""Where the real engine is mounted; its commands come first on the node's PATH, as a real
+image has them, and are taken off it for the stand-in."""
+
+
+def without_real_engine() -> None:
+    """Take the real engine's commands off PATH: the stand-in's ``vllm`` must answer."""
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    os.environ["PATH"] = os.pathsep.join(p for p in path if not p.startswith(ENGINE_MOUNT))
 
 
 def _split(arg: str) -> tuple[str, str | None]:
@@ -285,10 +293,12 @@ def main(argv: list[str]) -> int:
         print(f"{MARK} fault marker(s) {', '.join(faults)} set: the stand-in engine runs, "
               "as only it can show them here", flush=True)
         command = [*STANDIN[engine], *args]
+        without_real_engine()
     elif standin_wanted(control, engine):
         print(f"{MARK} the test bed asked for the stand-in {engine} on this node "
               f"({STANDIN_FILE} in the control folder)", flush=True)
         command = [*STANDIN[engine], *args]
+        without_real_engine()
     else:
         entry = json.loads(os.environ["SIM_ENGINE_ENTRYPOINT"])
         original = list(args)
