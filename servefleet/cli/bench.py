@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from servefleet.adapters.ssh import SshTransport
     from servefleet.core.bench.compare import Change, Decision
     from servefleet.core.bench.record import BenchRecord
+    from servefleet.core.bench.scenario import Scenario
     from servefleet.core.bench.summary import ScenarioSummary
     from servefleet.core.project import Project
 
@@ -96,7 +97,7 @@ def print_changes(changes: Sequence[Change], decision: Decision | None, title: s
         out.print(f"[bold]keep {decision.keep}[/bold]: {decision.reason}")
 
 
-def _scenarios(project: Project, path: str | None, only: str | None) -> list:
+def _scenarios(project: Project, path: str | None, only: str | None) -> list[Scenario]:
     from servefleet.core.bench.scenario import load_scenarios, select
 
     shown = path or project.stack.bench_scenarios
@@ -131,7 +132,8 @@ def _compare(transport_node: str, project: Project, deployment: str,
                   f"{releases[1]} (B); no control ran, so the band is the seeds' spread")
 
 
-def _ab(project: Project, node: str, deployment: str, profile_b: str, scenarios: list,
+def _ab(project: Project, node: str, deployment: str, profile_b: str,
+        scenarios: list[Scenario],
         progress: BenchProgress, say: Callable[[str], None], keep_better: bool,
         as_json: bool) -> None:
     from servefleet.adapters.bench.ab import run_ab

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from servefleet.core.bench.record import BY_KEY, DECIDING, FIGURES, Figure
+from servefleet.core.bench.record import DECIDING, FIGURES, Figure
 from servefleet.core.bench.summary import ScenarioSummary
 
 NOISE_FLOOR = 0.02
@@ -112,8 +112,3 @@ def decide(changes: Sequence[Change]) -> Decision:
                              f"({where(worse)}); keep A, or serve both and split the "
                              "workload by shape")
     return Decision("A", "no change outside the noise band: B buys nothing measurable")
-
-
-def figure(key: str) -> Figure:
-    """The :class:`Figure` of ``key``."""
-    return BY_KEY[key]
