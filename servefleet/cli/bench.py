@@ -304,7 +304,7 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
         return
     with SshTransport(project.nodes[node]) as transport:
         try:
-            target_info = bench_target(transport, deployment)
+            target_info = bench_target(transport, deployment, project)
         except BenchRefused as error:
             click.echo(f"refused: {error}", err=True)
             sys.exit(EXIT_REFUSED)

@@ -333,9 +333,11 @@ def profile_identity(profile: Profile) -> str:
     """sha256 over the resolved profile's behaviour-defining fields.
 
     Name, description and ``extends`` are left out: renaming a profile or moving a setting
-    into a parent does not change what runs; nor do the canaries, which judge an engine.
+    into a parent does not change what runs; nor do the canaries, which judge an engine,
+    nor the tokenizer a bench counts with.
     """
     data = profile.model_dump(mode="json", exclude={"name": True, "description": True,
                                                     "extends": True,
-                                                    "health": {"canaries"}})
+                                                    "health": {"canaries"},
+                                                    "model": {"tokenizer"}})
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()

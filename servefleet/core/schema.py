@@ -117,6 +117,8 @@ def stack_schema() -> dict[str, Any]:
                                      **_described(StackConfig, "keep_releases")},
         f"{CONFIG_NS}benchScenarios": {"type": "string",
                                        **_described(StackConfig, "bench_scenarios")},
+        f"{CONFIG_NS}benchImage": {"type": "string",
+                                   **_described(StackConfig, "bench_image")},
         f"{CONFIG_NS}profiles": {"type": "object", "additionalProperties": node_entry,
                                  "description": "Node name → what runs on it."},
         f"{CONFIG_NS}multiNode": {

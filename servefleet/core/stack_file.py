@@ -146,7 +146,7 @@ def _strings(value: Any) -> list[str]:
 
 # Stack settings other than profiles and secrets: model field → key after "servefleet:".
 _STACK_KEYS = {"strategy": "strategy", "keep_releases": "keepReleases",
-               "bench_scenarios": "benchScenarios"}
+               "bench_scenarios": "benchScenarios", "bench_image": "benchImage"}
 
 
 def _camel(name: str) -> str:
@@ -222,6 +222,8 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
         values["keep_releases"] = config[f"{CONFIG_NS}keepReleases"]
     if f"{CONFIG_NS}benchScenarios" in config:
         values["bench_scenarios"] = config[f"{CONFIG_NS}benchScenarios"]
+    if f"{CONFIG_NS}benchImage" in config:
+        values["bench_image"] = config[f"{CONFIG_NS}benchImage"]
     if f"{CONFIG_NS}watch" in config:
         # Pulumi's camelCase keys (intervalSeconds) as the model's field names.
         values["watch"] = snake_keys(config[f"{CONFIG_NS}watch"])

@@ -8,6 +8,7 @@ import shlex
 import subprocess
 
 import pytest
+import yaml
 
 from servefleet.adapters.bench import (
     EXIT,
@@ -16,6 +17,7 @@ from servefleet.adapters.bench import (
     follow,
     job_for,
     load_program,
+    run_beside_command,
     run_command,
 )
 from servefleet.core.bench.scenario import Scenario
@@ -63,3 +65,21 @@ def test_the_append_script_keeps_a_line_with_quotes_and_newlines_escaped(tmp_pat
                    check=True)
     [line] = (tmp_path / "main" / "bench.jsonl").read_text().splitlines()
     assert line == record.to_line()
+
+
+def test_a_bench_beside_the_engine_adds_its_service_file_before_the_node_overrides() -> None:
+    job = job_for(Scenario(name="A"), 42, port=8000, kv_gauges=[], tokenizer="Qwen/Q",
+                  api=("openai-chat", "/v1/chat/completions"))
+    argv = run_beside_command("/srv/base", "x'; rm -rf /; '", "r1",
+                              ["compose.yaml", "compose.override.1.yaml"],
+                              "vllm/vllm-openai:v0.26.0", "/srv/hf", job)
+    assert argv[:2] == ["sh", "-c"] and "rm -rf" not in argv[2]
+    assert argv[5] == load_program() and json.loads(argv[6]) == job
+    assert (job["tokenizer"], job["backend"], job["endpoint"]) == (
+        "Qwen/Q", "openai-chat", "/v1/chat/completions")
+    service_file = "/srv/base/x'; rm -rf /; '/bench-service.json"
+    assert yaml.safe_load(argv[7])["services"]["bench"]["image"] == "vllm/vllm-openai:v0.26.0"
+    assert argv[8] == service_file and argv[9] == "servefleet-bench-x'; rm -rf /; '"
+    files = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-f"]
+    assert files == ["/srv/base/x'; rm -rf /; '/releases/r1/compose.yaml", service_file,
+                     "/srv/base/x'; rm -rf /; '/releases/r1/compose.override.1.yaml"]

@@ -208,7 +208,7 @@ def bench_target_profile(project: Project) -> str:
     from servefleet.adapters.bench.session import bench_target
 
     with SshTransport(project.nodes[NODE]) as transport:
-        return bench_target(transport, DEP).profile
+        return bench_target(transport, DEP, project).profile
 
 
 def test_a_node_a_rollout_holds_is_refused(

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from servefleet.core.bench.beside import bench_service_file
 from servefleet.core.errors import RenderError
 from servefleet.core.render.templating import render_override
 from servefleet.sim import inventory
@@ -189,3 +190,57 @@ def test_inventory_lists_what_the_real_engine_cannot_show() -> None:
                                         "predicted_kv_cache_tokens",
                                         *([] if fp8 else ["kv_cache_dtype"])])
     assert "cpu_twin.py" in engine["why"]
+
+
+def test_a_bench_beside_llamacpp_runs_the_real_vllm_on_the_stand_in_base(
+        compose: str, tmp_path: Path) -> None:
+    """The bench's own compose file goes between the release's compose file and the node's
+    override: here the override swaps its vLLM image for the stand-in base with the real
+    vLLM mounted, and names the tiny model's tokenizer."""
+    spec = reference_fleet()[2]
+    node = SimLayout(Path("/var/lib/servefleet-sim")).node(spec.name)
+    template = tmp_path / "o.yaml.j2"
+    template.write_text(inventory.render_override(spec, node, {"vllm": VLLM_CPU}))
+    (tmp_path / "override.yaml").write_bytes(render_override(template, {
+        "engine": "llama.cpp", "engine_version": "b8680", "builds_image": False,
+        "deployment": "chat", "port": 8000, "node_name": spec.name}, "test"))
+    (tmp_path / "compose.yaml").write_text(BASE.replace(
+        "    build:\n      context: .\n      dockerfile: Dockerfile\n      args:\n"
+        "        BASE_IMAGE: vllm/vllm-openai:v0.21.0\n", ""))
+    (tmp_path / "engine.env").write_text("LLAMA_API_KEY=k\n")
+    (tmp_path / "bench.json").write_text(bench_service_file("vllm/vllm-openai:v0.26.0",
+                                                            "/srv/hf"))
+
+    def config(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([compose, "-f", "compose.yaml", "-f", "bench.json", "-f",
+                               "override.yaml", *args], cwd=tmp_path, capture_output=True,
+                              text=True, check=False)
+
+    # Never started by `up`: the service belongs to the Compose profile "bench" only.
+    plain = config("config", "--services")
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.split() == ["engine"]
+    done = config("--profile", "bench", "config", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    bench = json.loads(done.stdout)["services"]["bench"]
+    assert bench["image"] == "servefleet-sim/vllm-standin:latest"
+    assert bench["entrypoint"] == ["python3", "-u", "-"]
+    assert bench["network_mode"] == "host"
+    env = bench["environment"]
+    assert env["SERVEFLEET_BENCH_TOKENIZER"] == "/opt/servefleet-models/tiny-qwen3-moe"
+    assert env["PATH"].startswith("/opt/servefleet-engine/bin:")
+    assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["LLAMA_API_KEY"] == "k"
+    mounts = {v["target"]: v["source"] for v in bench["volumes"]}
+    assert mounts["/opt/servefleet-engine"] == str(VLLM_CPU.root)
+    assert mounts["/root/.cache/huggingface"] == "/srv/hf"
+
+
+def test_a_vllm_deployment_gets_no_bench_service(compose: str, tmp_path: Path) -> None:
+    spec = reference_fleet()[0]
+    node = SimLayout(Path("/var/lib/servefleet-sim")).node(spec.name)
+    template = tmp_path / "o.yaml.j2"
+    template.write_text(inventory.render_override(spec, node, {"vllm": VLLM_CPU}))
+    rendered = render_override(template, {
+        "engine": "vllm", "engine_version": "0.21.0", "builds_image": False,
+        "deployment": "chat", "port": 8000, "node_name": spec.name}, "test")
+    assert b"bench:" not in rendered

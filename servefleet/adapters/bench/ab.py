@@ -82,7 +82,7 @@ def run_ab(project: Project, node: str, deployment: str, profile_b: str,
     def bench(role: Role, expected: str) -> bool:
         with transport_factory(project.nodes[node]) as transport:
             try:
-                target: BenchTarget = bench_target(transport, deployment)
+                target: BenchTarget = bench_target(transport, deployment, project)
             except BenchRefused as error:
                 outcome.failure = str(error)
                 return False

@@ -1,12 +1,12 @@
 """Run one scenario with one seed inside a container on the node (standard library only).
 
-Sent on standard input to ``python3 -`` in the engine's own container (a vLLM image has
-``vllm bench serve``, the real load generator) with one JSON argument. While the load
-generator runs, a thread samples the engine's ``/metrics`` for the KV usage gauges and
-keeps the peak; every two seconds a line ``@@bench-alive SECONDS`` tells the controller it
-is still going, and a write that fails (the controller went away: ``docker exec`` keeps a
-process running when its client dies) stops the load generator. At the end one line:
-``@@bench-result {json}`` with the figures, or ``@@bench-error reason``.
+Sent on standard input to ``python3 -`` in the engine's own container, or in a vLLM image
+beside it (either has ``vllm bench serve``, the real load generator), with one JSON
+argument. While the load generator runs, a thread samples the engine's ``/metrics`` for
+the KV usage gauges and keeps the peak; every two seconds a line ``@@bench-alive SECONDS``
+tells the controller it is still going, and a write that fails (the controller went away:
+``docker exec`` keeps a process running when its client dies) stops the load generator. At
+the end one line: ``@@bench-result {json}`` with the figures, or ``@@bench-error reason``.
 """
 
 import json
@@ -84,7 +84,8 @@ def served_model(base):
 
 def argv_for(job, tokenizer, result_dir):
     argv = [
-        job["vllm"], "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
+        job["vllm"], "bench", "serve", "--backend", job.get("backend", "openai"),
+        "--endpoint", job.get("endpoint", "/v1/completions"),
         "--base-url", job["base_url"], "--model", job["model"], "--tokenizer", tokenizer,
         "--max-concurrency", str(job["concurrency"]), "--num-prompts", str(job["prompts"]),
         "--num-warmups", str(job["warmups"]), "--seed", str(job["seed"]),
@@ -113,6 +114,10 @@ def main():
     except Exception as error:
         say(f"@@bench-error the engine did not answer /v1/models at {base}: {error}")
         return 3
+    # The container may name its own tokenizer (one baked into a load image, or a local
+    # copy where the hub is out of reach); else the profile's, else the engine's answer.
+    tokenizer = (os.environ.get("SERVEFLEET_BENCH_TOKENIZER") or job.get("tokenizer")
+                 or tokenizer)
     env = dict(os.environ)
     key = env.get("VLLM_API_KEY") or env.get("LLAMA_API_KEY")
     if key and not env.get("OPENAI_API_KEY"):

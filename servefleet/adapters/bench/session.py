@@ -7,15 +7,24 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from servefleet.adapters.bench import append_record, job_for, run_load
+from servefleet.adapters.bench import (
+    append_record,
+    job_for,
+    run_beside_command,
+    run_command,
+    run_load,
+)
 from servefleet.adapters.rollout.compose_ssh import ComposeSshRuntime
 from servefleet.adapters.ssh import SshTransport
+from servefleet.core.bench.beside import default_bench_image
 from servefleet.core.bench.record import BenchRecord, Role
 from servefleet.core.bench.scenario import Scenario
 from servefleet.core.bench.stability import answer_digests
 from servefleet.core.engines import EngineSpec, engine_named
 from servefleet.core.errors import ServefleetError
+from servefleet.core.project import Project
 
 SECONDS_PER_PROMPT_BOUND = 600
 """A run may take this long per request (plus a start): a bound, not an estimate."""
@@ -43,11 +52,28 @@ class BenchTarget:
     engine_version: str
     image: str
     port: int
+    compose_files: tuple[str, ...] = ("compose.yaml",)
+    load_image: str | None = None
+    """The vLLM image the load generator runs in beside the engine; ``None``: inside the
+    engine's own container."""
+    tokenizer: str | None = None
+    """What the load generator counts tokens with, when the engine names none that loads."""
+    hf_cache: str = ""
+    """The node's Hugging Face cache (the tokenizer's), for a load container beside."""
+
+    def load_command(self, base_dir: str, job: dict[str, Any]) -> list[str]:
+        """The node command that runs the load program for ``job``."""
+        if self.load_image is None:
+            return run_command(self.deployment, job)
+        return run_beside_command(base_dir, self.deployment, self.release,
+                                  self.compose_files, self.load_image, self.hf_cache, job)
 
 
-def bench_target(transport: SshTransport, deployment: str) -> BenchTarget:
+def bench_target(transport: SshTransport, deployment: str, project: Project) -> BenchTarget:
     """What runs as ``deployment`` on the transport's node, read in one command;
-    :class:`BenchRefused` unless it is a gated engine no rollout is changing."""
+    :class:`BenchRefused` unless it is a gated engine no rollout is changing. An engine
+    whose image has no load generator is loaded from the stack's ``benchImage`` beside it,
+    counting tokens with its profile's ``model.tokenizer``."""
     node = transport.node.name
     observed = ComposeSshRuntime(transport).observe([deployment])
     lock = observed.lock
@@ -64,16 +90,22 @@ def bench_target(transport: SshTransport, deployment: str) -> BenchTarget:
                            "an engine that passed its gate; deploy it, or roll back")
     manifest = have.manifest
     engine = engine_named(str(manifest.get("engine")))
+    profile = project.profiles.get(str(manifest.get("profile")))
+    tokenizer = profile.model.tokenizer if profile is not None else None
+    load_image = None
     if not engine.bench_in_engine:
-        raise BenchRefused(f"{node}/{deployment}: {engine.display_name}'s image carries no "
-                           "load generator; a bench runs vLLM's `vllm bench serve` inside "
-                           "a vLLM engine's container")
+        load_image = project.stack.bench_image or default_bench_image(
+            project.profiles.values())
+    files = manifest.get("compose_files")
     return BenchTarget(
         node=node, deployment=deployment, release=str(manifest.get("release_id")),
         profile=str(manifest.get("profile")),
         profile_identity=str(manifest.get("profile_identity", "")), engine=engine,
         engine_version=str(manifest.get("engine_version", "")),
-        image=str(manifest.get("image", "")), port=int(manifest["port"]))
+        image=str(manifest.get("image", "")), port=int(manifest["port"]),
+        compose_files=tuple(str(f) for f in files) if isinstance(files, list)
+        else ("compose.yaml",), load_image=load_image, tokenizer=tokenizer,
+        hf_cache=transport.node.hf_cache)
 
 
 @dataclass
@@ -92,17 +124,24 @@ def run_bench(transport: SshTransport, target: BenchTarget, scenarios: Sequence[
     when its run ends; the records, in order. ``repeat`` > 0 runs each scenario that many
     times with its first seed instead, keeping a digest of every answer
     (:mod:`servefleet.core.bench.stability`)."""
+    if target.load_image is not None and target.tokenizer is None:
+        raise BenchRefused(
+            f"{target.node}/{target.deployment}: {target.engine.display_name} names no "
+            "tokenizer the load generator can load; set `model.tokenizer` in profile "
+            f"{target.profile} (the Hugging Face repository of the model the GGUF was made "
+            "from)")
     records: list[BenchRecord] = []
     for scenario in scenarios:
         seeds = [scenario.seeds[0]] * repeat if repeat else scenario.seeds
         for seed in seeds:
             progress.started(scenario, seed)
             job = job_for(scenario, seed, port=target.port,
-                          kv_gauges=target.engine.kv_usage_gauges, texts=bool(repeat))
+                          kv_gauges=target.engine.kv_usage_gauges, texts=bool(repeat),
+                          tokenizer=target.tokenizer, api=target.engine.bench_api)
+            bound = SECONDS_PER_PROMPT_BOUND * (scenario.prompts + scenario.warmups)
             result = run_load(
-                transport, target.deployment, job, timeout=60 + SECONDS_PER_PROMPT_BOUND * (
-                    scenario.prompts + scenario.warmups),
-                alive=functools.partial(progress.alive, scenario, seed))
+                transport, target.load_command(transport.node.base_dir, job),
+                timeout=60 + bound, alive=functools.partial(progress.alive, scenario, seed))
             figures = {k: v for k, v in result.figures.items() if k != "texts"}
             if repeat:
                 figures["answers"] = answer_digests(result.figures.get("texts") or [])

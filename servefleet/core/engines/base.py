@@ -130,6 +130,14 @@ class EngineSpec(Protocol):
         ...
 
     @property
+    def bench_api(self) -> tuple[str, str]:
+        """The ``vllm bench serve`` backend and endpoint that read its streamed token
+        counts: the load generator takes a request's output tokens from the ``usage`` of a
+        closing chunk that has no choices, and counts them again from the text (with its
+        own tokenizer) where the engine puts ``usage`` elsewhere."""
+        ...
+
+    @property
     def version_path(self) -> str:
         """The HTTP path where it tells its version (``/version``, ``/props``)."""
         ...

@@ -92,6 +92,10 @@ class LlamaCppEngine:
     kv_usage_gauges: tuple[str, ...] = LLAMACPP_KV_USAGE
     # Its image has no Python, so no `vllm bench serve`.
     bench_in_engine: bool = False
+    # Its streamed /v1/completions puts `usage` into the chunk that finishes the choice,
+    # which `vllm bench serve` reads as text only; /v1/chat/completions sends it apart, as
+    # OpenAI does (seen on llama-server b11434).
+    bench_api: tuple[str, str] = ("openai-chat", "/v1/chat/completions")
     version_path: str = "/props"
     version_key: str = "build_info"  # b8680-1a2b3c4
     flag_fields: tuple[FlagField, ...] = FLAG_FIELDS

@@ -150,6 +150,7 @@ class VllmEngine:
     kv_usage_gauges: tuple[str, ...] = VLLM_KV_USAGE
     # Its image has `vllm bench serve`, the load generator `servefleet bench` runs.
     bench_in_engine: bool = True
+    bench_api: tuple[str, str] = ("openai", "/v1/completions")
     version_path: str = "/version"
     version_key: str = "version"
     health_503: str = "vLLM answers 503 once its engine core is dead"

@@ -153,6 +153,11 @@ class ModelSpec(StrictModel):
     fp8_lm_head: bool = False
     """The checkpoint stores lm_head in FP8 (e.g. the NVFP4 checkpoint's ``fp8-head``
     branch); vLLM needs the compressed-tensors lm_head dispatch overlay for it."""
+    tokenizer: Text | None = None
+    """The Hugging Face tokenizer (repository id, or a folder in the load container) that
+    ``servefleet bench`` counts tokens with, where the engine's ``/v1/models`` names none
+    that loads: a GGUF served by llama-server (``Qwen/Qwen3.6-35B-A3B``). Not part of the
+    profile's identity: it changes no engine."""
     source: ModelSource | None = None
     """Where the weights come from, pinned: a rollout stages them on the node before the
     old engine stops, and the engine then boots with the hub offline (``None``: the engine

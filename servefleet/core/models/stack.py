@@ -72,6 +72,10 @@ class StackConfig(StrictModel):
     bench_scenarios: Text = "scenarios/seeds.yaml"
     """``servefleet:benchScenarios``: the scenario file ``servefleet bench`` runs unless
     given one (relative to the project folder)."""
+    bench_image: Text | None = None
+    """``servefleet:benchImage``: the vLLM image whose ``vllm bench serve`` loads an engine
+    whose own image has none (llama.cpp), run beside it on its node. Unset: the pinned
+    image of the project's vLLM profile with the newest engine version."""
 
     def for_node(self, node: str) -> list[Deployment]:
         """The deployments placed on ``node``."""

@@ -1,0 +1,102 @@
+"""``servefleet bench`` of llama.cpp on the simulated fleet: the real llama-server serves,
+the real ``vllm bench serve`` loads it from a vLLM image beside it (llama.cpp's image has no
+Python) through the chat endpoint, where llama-server reports its own token counts; the
+records stay on the node and ``history`` shows them; the load container goes away after."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from servefleet.adapters.rollout import deploy
+from servefleet.adapters.ssh import SshTransport
+from servefleet.cli.main import build_cli
+from servefleet.core.bench.beside import BENCH_SERVICE_FILE
+from servefleet.core.project import Project, load_project
+from servefleet.sim.testbed import FleetHandle
+from tests.fleet_helpers import wiped_project
+
+pytestmark = [pytest.mark.fleet, pytest.mark.slow]
+
+SECRETS = {"HF_TOKEN": "hf_bench-test-secret-value"}
+NODE = "sim-5090"
+DEP = "bl"
+PORT = 8001
+TINY = {"scenarios": [
+    {"name": "A", "input_len": 32, "output_len": 16, "concurrency": 1, "prompts": 2,
+     "warmups": 1},
+    {"name": "C", "input_len": 64, "output_len": 24, "concurrency": 4, "prompts": 4,
+     "warmups": 1, "seeds": [42]},
+]}
+
+
+@pytest.fixture(scope="module")
+def bed(real_engines: FleetHandle, tmp_path_factory: pytest.TempPathFactory
+        ) -> Iterator[tuple[Project, Callable[..., Result]]]:
+    """A copy of the sim project whose stack places the llama.cpp profile as ``bl`` on the
+    RTX 5090-shaped node; deployed, gated."""
+    copy = tmp_path_factory.mktemp("bench-llamacpp")
+    for name in ("nodes", "profiles", "templates", "healthchecks"):
+        shutil.copytree(real_engines.project_dir / name, copy / name)
+    shutil.copy(real_engines.project_dir / "Pulumi.yaml", copy / "Pulumi.yaml")
+    (copy / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    (copy / "Pulumi.bl.yaml").write_text(yaml.safe_dump({"config": {
+        "servefleet:benchScenarios": "tiny.yaml",
+        "servefleet:profiles": {NODE: {DEP: {"profile": "qwen36-q4-llamacpp",
+                                             "port": PORT}}}}}))
+    app = build_cli()
+
+    def run(*args: str) -> Result:
+        return CliRunner().invoke(app, ["--project", str(copy), "--stack", "bl", *args],
+                                  env=SECRETS, catch_exceptions=False)
+
+    for _ in wiped_project(real_engines, DEP, [NODE]):
+        project = load_project(copy, "bl")
+        [result] = deploy(project, [NODE], secrets=SECRETS)
+        assert result.ok, result.to_json()
+        yield project, run
+
+
+def on_node(project: Project, script: str) -> str:
+    node = project.nodes[NODE]
+    with SshTransport(node) as transport:
+        return transport.run(["sh", "-c", script, "sh", node.base_dir, DEP]).text()
+
+
+def test_llamacpp_is_loaded_by_vllm_bench_serve_from_a_vllm_image_beside_it(
+        bed: tuple[Project, Callable[..., Result]]) -> None:
+    project, run = bed
+    done = run("bench", f"{NODE}/{DEP}", "--json")
+    assert done.exit_code == 0, done.output
+    printed = json.loads(done.stdout)
+    assert [(r["scenario"], r["seed"]) for r in printed] == [("A", 42), ("A", 123), ("C", 42)]
+    for record in printed:
+        figures = record["figures"]
+        assert record["engine"] == "llama.cpp" and record["profile"] == "qwen36-q4-llamacpp"
+        prompts, output_len = (2, 16) if record["scenario"] == "A" else (4, 24)
+        assert figures["completed"] == prompts and figures["failed"] == 0, figures
+        # llama-server's own count (its usage chunk), not the text counted again by a
+        # tokenizer that is not the GGUF's: every request ran to its length (ignore_eos).
+        assert figures["total_output_tokens"] == prompts * output_len, figures
+        assert figures["output_throughput"] > 0 and figures["mean_ttft_ms"] > 0
+        assert figures["mean_tpot_ms"] > 0
+        assert figures["model"] == "qwen36-q4"
+        assert figures["tokenizer"].startswith("/opt/servefleet-models/")
+        # The image measured is the engine's, not the load container's.
+        assert record["image_id"].startswith("sha256:")
+    history = run("history", NODE, "-d", DEP)
+    assert history.exit_code == 0, history.output
+    assert "Bench by release" in history.output
+    # The load container is gone; its compose file stays beside bench.jsonl, outside every
+    # release (a bench changes no release).
+    left = on_node(project, 'docker ps -a --format "{{.Names}}" | grep -c "^servefleet-bench-'
+                   f'{DEP}$" || true')
+    assert left.strip() == "0"
+    files = on_node(project, 'ls "$1/$2"; ls "$1/$2"/releases/*/')
+    assert BENCH_SERVICE_FILE in files.split("releases")[0]
+    assert files.count(BENCH_SERVICE_FILE) == 1
