@@ -314,9 +314,13 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
         say(f"{node}/{deployment}: release {target_info.release} ({target_info.profile}, "
             f"{target_info.engine.display_name} {target_info.engine_version}), "
             f"{len(scenarios)} scenario(s)")
-        records = run_bench(transport, target_info, scenarios, run_id=token_hex(6),
-                            role="repeat" if repeat else "run", progress=progress,
-                            repeat=repeat or 0)
+        try:
+            records = run_bench(transport, target_info, scenarios, run_id=token_hex(6),
+                                role="repeat" if repeat else "run", progress=progress,
+                                repeat=repeat or 0)
+        except BenchRefused as error:
+            click.echo(f"refused: {error}", err=True)
+            sys.exit(EXIT_REFUSED)
     if repeat:
         _print_stability(project, target_info.profile, records, as_json)
     elif as_json:

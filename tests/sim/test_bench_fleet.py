@@ -141,6 +141,29 @@ def test_repeat_reports_per_prompt_stability(
     assert all("texts" not in r.figures for r in repeats)  # digests, never the text
 
 
+def test_a_recorded_request_mix_is_replayed_request_by_request(
+        bed: tuple[Project, Callable[..., Result]], tmp_path: Path) -> None:
+    _, run = bed
+    mix = [(0, 28, 10, [0]), (300, 36, 11, [0, 1]), (600, 51, 22, []), (900, 50, 20, [0])]
+    (tmp_path / "mix.jsonl").write_text("".join(
+        json.dumps({"timestamp": t, "input_length": i, "output_length": o, "hash_ids": h})
+        + "\n" for t, i, o, h in mix))
+    (tmp_path / "replay.yaml").write_text(yaml.safe_dump({"scenarios": [
+        {"name": "R", "replay": "mix.jsonl", "replay_time_scale": 0.001, "concurrency": 2,
+         "warmups": 1, "seeds": [42]}]}))
+    done = run("bench", f"{NODE}/{DEP}", "--scenarios", str(tmp_path / "replay.yaml"),
+               "--json")
+    assert done.exit_code == 0, done.output
+    [record] = json.loads(done.stdout)
+    figures = record["figures"]
+    # Every request as recorded: its prompt length, its output length, its arrival time.
+    assert figures["completed"] == 4 and figures["failed"] == 0, figures
+    assert figures["total_input_tokens"] == sum(i for _, i, _, _ in mix)
+    assert figures["total_output_tokens"] == sum(o for _, _, o, _ in mix)
+    assert figures["duration"] >= 0.9
+    assert record["shape"] == "replay ×2"
+
+
 def test_ab_of_mtp_runs_the_control_and_leaves_the_node_on_a_gated(
         bed: tuple[Project, Callable[..., Result]]) -> None:
     _, run = bed

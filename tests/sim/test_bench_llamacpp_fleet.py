@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -100,3 +101,15 @@ def test_llamacpp_is_loaded_by_vllm_bench_serve_from_a_vllm_image_beside_it(
     files = on_node(project, 'ls "$1/$2"; ls "$1/$2"/releases/*/')
     assert BENCH_SERVICE_FILE in files.split("releases")[0]
     assert files.count(BENCH_SERVICE_FILE) == 1
+
+
+def test_a_replay_is_refused_for_llamacpp_before_anything_runs(
+        bed: tuple[Project, Callable[..., Result]], tmp_path: Path) -> None:
+    _, run = bed
+    (tmp_path / "mix.jsonl").write_text(
+        '{"timestamp": 0, "input_length": 20, "output_length": 4}\n')
+    (tmp_path / "replay.yaml").write_text(yaml.safe_dump({"scenarios": [
+        {"name": "R", "replay": "mix.jsonl"}]}))
+    done = run("bench", f"{NODE}/{DEP}", "--scenarios", str(tmp_path / "replay.yaml"))
+    assert done.exit_code == 3, done.output
+    assert "replay a trace" in done.output and "/v1/chat/completions" in done.output

@@ -120,7 +120,10 @@ def job_for(scenario: Scenario, seed: int, *, port: int, kv_gauges: Iterable[str
             "warmups": scenario.warmups,
             "kv_gauges": list(kv_gauges), "texts": texts,
             "backend": api[0], "endpoint": api[1],
-            **({"tokenizer": tokenizer} if tokenizer else {})}
+            **({"tokenizer": tokenizer} if tokenizer else {}),
+            **({"trace": scenario.trace.packed(), "time_scale": scenario.replay_time_scale,
+                "block_tokens": scenario.replay_block_tokens}
+               if scenario.replay is not None else {})}
 
 
 @dataclass(frozen=True)

@@ -91,8 +91,13 @@ def run_ab(project: Project, node: str, deployment: str, profile_b: str,
                                    f"{expected}: deploy the stack first")
                 return False
             say(f"bench {role}: {expected}, release {target.release}")
-            outcome.records[role] = run_bench(transport, target, scenarios, run_id=run_id,
-                                              role=role, progress=bench_progress)
+            try:
+                outcome.records[role] = run_bench(transport, target, scenarios,
+                                                  run_id=run_id, role=role,
+                                                  progress=bench_progress)
+            except BenchRefused as error:
+                outcome.failure = str(error)
+                return False
         return True
 
     def switch(profile: str) -> bool:

@@ -26,6 +26,8 @@ from servefleet.core.engines import EngineSpec, engine_named
 from servefleet.core.errors import ServefleetError
 from servefleet.core.project import Project
 
+TOKEN_ID_BACKENDS = ("openai", "vllm")
+"""The backends ``vllm bench serve`` replays a timed trace through (prompts as token ids)."""
 SECONDS_PER_PROMPT_BOUND = 600
 """A run may take this long per request (plus a start): a bound, not an estimate."""
 _GATE_MISS_WORDS = {
@@ -130,6 +132,13 @@ def run_bench(transport: SshTransport, target: BenchTarget, scenarios: Sequence[
             "tokenizer the load generator can load; set `model.tokenizer` in profile "
             f"{target.profile} (the Hugging Face repository of the model the GGUF was made "
             "from)")
+    replays = [s.name for s in scenarios if s.replay is not None]
+    if replays and target.engine.bench_api[0] not in TOKEN_ID_BACKENDS:
+        raise BenchRefused(
+            f"{target.node}/{target.deployment}: scenario(s) {', '.join(replays)} replay a "
+            f"trace, which `vllm bench serve` sends as token ids to a completions endpoint; "
+            f"{target.engine.display_name} is benched through "
+            f"{target.engine.bench_api[1]}: leave them out (--only)")
     records: list[BenchRecord] = []
     for scenario in scenarios:
         seeds = [scenario.seeds[0]] * repeat if repeat else scenario.seeds

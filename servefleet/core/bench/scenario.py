@@ -4,7 +4,8 @@ A scenario file (``scenarios/*.yaml``) lists scenarios by name; each is one shap
 for vLLM's own load generator (``vllm bench serve``): random prompts of ``input_len``
 tokens asking for ``output_len`` tokens, ``prompts`` of them with at most ``concurrency``
 in flight, ``warmups`` requests first, once per seed. The seeds' suite (A–D) ships as
-``scenarios/seeds.yaml``.
+``scenarios/seeds.yaml``. A scenario may instead replay a recorded request mix (``replay``:
+a timed trace, :mod:`servefleet.core.bench.trace`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
+from servefleet.core.bench.trace import Trace, read_trace
 from servefleet.core.errors import ConfigError
 from servefleet.core.modelfile import read_model_file
 from servefleet.core.models.common import StrictModel
@@ -43,6 +45,18 @@ class Scenario(StrictModel):
     """Requests sent first and not measured (CUDA graphs, caches)."""
     seeds: list[int] = Field(default_factory=lambda: [42, 123], min_length=1, max_length=16)
     """One run per seed; their spread is part of the noise band."""
+    replay: str | None = Field(default=None, min_length=1, max_length=400)
+    """A recorded request mix to replay instead of random prompts: a timed trace (JSON
+    lines ``{"timestamp", "input_length", "output_length", "hash_ids"}``, the Mooncake
+    format), relative to the scenario file. Each request leaves at its timestamp; ``prompts``
+    defaults to the trace's length; ``input_len`` and ``output_len`` are the trace's."""
+    replay_time_scale: float = Field(default=1.0, gt=0, le=1000)
+    """Timestamps × this = seconds: 0.001 for a trace in milliseconds, 0.5 to replay it
+    twice as fast."""
+    replay_block_tokens: int = Field(default=16, ge=1, le=65_536)
+    """Prompt tokens per ``hash_ids`` block of the trace (the Alibaba traces' 16, the
+    Mooncake traces' 512)."""
+    _trace: Trace | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _distinct_seeds(self) -> Scenario:
@@ -55,11 +69,43 @@ class Scenario(StrictModel):
     def identity(self) -> str:
         """12 hex of what the scenario sends: results of a scenario whose load changed
         under the same name are never compared with the old ones."""
-        load = self.model_dump(exclude={"name", "description", "seeds"})
+        load = self.model_dump(exclude={"name", "description", "seeds", "replay"})
+        if self.replay is not None:
+            # What is replayed, not where the file lies; lengths come from the trace.
+            load.pop("input_len")
+            load.pop("output_len")
+            load["trace"] = self.trace.digest
+        else:
+            load.pop("replay_time_scale")
+            load.pop("replay_block_tokens")
         return hashlib.sha256(json.dumps(load, sort_keys=True).encode()).hexdigest()[:12]
 
+    @property
+    def trace(self) -> Trace:
+        """The replayed trace, read with the scenario file (``replay`` scenarios only)."""
+        if self._trace is None:
+            raise ConfigError(f"scenario {self.name}: its replay trace was not read "
+                              "(scenarios with `replay` come from load_scenarios)")
+        return self._trace
+
+    def with_trace(self, trace: Trace) -> Scenario:
+        """This replay scenario with its trace read (``prompts`` defaulting to its
+        length); :class:`ConfigError` when ``prompts`` asks for more than it holds."""
+        if "prompts" not in self.model_fields_set:
+            copy = self.model_copy(update={"prompts": trace.requests})
+        elif self.prompts > trace.requests:
+            raise ConfigError(f"scenario {self.name}: prompts {self.prompts} but its trace "
+                              f"holds {trace.requests} requests; ask for at most that")
+        else:
+            copy = self.model_copy()
+        copy._trace = trace
+        return copy
+
     def shape(self) -> str:
-        """``512/512 ×1``: input/output tokens and concurrency, for tables."""
+        """``512/512 ×1``: input/output tokens and concurrency, for tables (``replay ×4``
+        for a trace)."""
+        if self.replay is not None:
+            return f"replay ×{self.concurrency}"
         return f"{self.input_len}/{self.output_len} ×{self.concurrency}"
 
 
@@ -81,7 +127,12 @@ class ScenarioFile(StrictModel):
 def load_scenarios(path: Path, display: str | None = None) -> list[Scenario]:
     """The scenarios of ``path``; :class:`ConfigError` naming the file and field on a bad
     one."""
-    return read_model_file(path, ScenarioFile, "scenarios", display).scenarios
+    shown = display or str(path)
+    scenarios = read_model_file(path, ScenarioFile, "scenarios", display).scenarios
+    return [s.with_trace(read_trace(path.parent / s.replay,
+                                    f"{shown}: scenario {s.name}: replay {s.replay}",
+                                    s.replay_block_tokens))
+            if s.replay is not None else s for s in scenarios]
 
 
 def select(scenarios: list[Scenario], names: list[str], source: str) -> list[Scenario]:

@@ -21,6 +21,11 @@ def test_the_seeds_suite_ships_as_the_operators_ran_it() -> None:
     assert all(s.seeds == [42, 123] and s.warmups == 3 for s in scenarios)
 
 
+def test_the_replay_example_ships_with_its_trace() -> None:
+    [mix] = load_scenarios(REPO / "scenarios" / "replay.yaml")
+    assert mix.replay == "chat-mix.jsonl" and mix.prompts == mix.trace.requests == 24
+
+
 def test_the_sim_suite_keeps_the_seeds_shapes() -> None:
     seeds = {s.name: s for s in load_scenarios(REPO / "scenarios" / "seeds.yaml")}
     sim = load_scenarios(REPO / "scenarios" / "sim.yaml")
