@@ -12,9 +12,11 @@ engine may not be measured now (not running, ungated, a rollout holds the node).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from secrets import token_hex
 from typing import TYPE_CHECKING
@@ -36,7 +38,25 @@ if TYPE_CHECKING:
 
 EXIT_REFUSED = 3
 """Exit status when the engine may not be measured now."""
+EXIT_INTERRUPTED = 130
+"""Exit status of a bench stopped by Ctrl-C, SIGTERM or SIGHUP."""
 _VERDICT_STYLE = {"better": "green", "worse": "red", "no change": "dim"}
+
+
+@contextlib.contextmanager
+def _stops_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end a bench as Ctrl-C does (a KeyboardInterrupt), so the runs
+    that finished stay recorded and a load container is removed, not left loading."""
+    def stop(number: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(number).name)
+
+    previous = {number: signal.signal(number, stop)
+                for number in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def split_target(target: str, deployment: str | None) -> tuple[str, str]:
@@ -186,6 +206,7 @@ def _canaries(transport: SshTransport, project: Project, target: BenchTarget, pa
 
     file = Path(path) if Path(path).is_absolute() else project.root / path
     rows = run_canaries(transport, target, load_canaries(file, path), run_id=token_hex(6),
+                        profile=project.profiles.get(target.profile),
                         secrets=node_secrets(project, target.node))
     if as_json:
         click.echo(json.dumps([row.to_json() for row in rows], indent=2))
@@ -299,10 +320,11 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
             f"{r.value('output_throughput') or 0:,.1f} out tok/s, TTFT "
             f"{r.value('mean_ttft_ms') or 0:,.1f} ms, {int(r.value('failed') or 0)} failed"))
     if profile_b is not None:
-        _ab(project, node, deployment, profile_b, scenarios, progress, say, keep_better,
-            as_json)
+        with _stops_as_interrupt():
+            _ab(project, node, deployment, profile_b, scenarios, progress, say, keep_better,
+                as_json)
         return
-    with SshTransport(project.nodes[node]) as transport:
+    with _stops_as_interrupt(), SshTransport(project.nodes[node]) as transport:
         try:
             target_info = bench_target(transport, deployment, project)
         except BenchRefused as error:
@@ -321,6 +343,10 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
         except BenchRefused as error:
             click.echo(f"refused: {error}", err=True)
             sys.exit(EXIT_REFUSED)
+        except KeyboardInterrupt as stop:
+            click.echo(f"interrupted ({stop or 'Ctrl-C'}): the load stopped; the runs that "
+                       f"finished are recorded on {node}/{deployment}", err=True)
+            sys.exit(EXIT_INTERRUPTED)
     if repeat:
         _print_stability(project, target_info.profile, records, as_json)
     elif as_json:

@@ -6,7 +6,12 @@ records stay on the node and ``history`` shows them; the load container goes awa
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -113,3 +118,41 @@ def test_a_replay_is_refused_for_llamacpp_before_anything_runs(
     done = run("bench", f"{NODE}/{DEP}", "--scenarios", str(tmp_path / "replay.yaml"))
     assert done.exit_code == 3, done.output
     assert "replay a trace" in done.output and "/v1/chat/completions" in done.output
+
+
+def test_sigterm_stops_the_load_container_and_keeps_the_finished_runs(
+        bed: tuple[Project, Callable[..., Result]], tmp_path: Path) -> None:
+    """Unlike `docker exec`, a container keeps loading the engine when its client goes:
+    a stopped bench removes it."""
+    project, _ = bed
+    long = tmp_path / "long.yaml"
+    long.write_text(yaml.safe_dump({"scenarios": [
+        {"name": "S", "input_len": 16, "output_len": 8, "concurrency": 1, "prompts": 2,
+         "warmups": 0, "seeds": [42]},
+        {"name": "L", "input_len": 64, "output_len": 256, "concurrency": 1, "prompts": 400,
+         "warmups": 0, "seeds": [42]}]}))
+    before = len(on_node(project, 'cat "$1/$2/bench.jsonl"').splitlines())
+    cli = [sys.executable, "-c", "from servefleet.cli.main import main; main()"]
+    child = subprocess.Popen(
+        [*cli, "--project", str(project.root), "--stack", "bl", "bench", f"{NODE}/{DEP}",
+         "--scenarios", str(long)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **SECRETS})
+    assert child.stdout is not None
+    seen = []
+    for line in child.stdout:
+        seen.append(line)
+        if " L (" in line and "running" in line:
+            break
+    time.sleep(8)  # the load container is up and loading
+    assert "servefleet-bench-" + DEP in on_node(project, 'docker ps --format "{{.Names}}"')
+    child.send_signal(signal.SIGTERM)
+    rest, _ = child.communicate(timeout=120)
+    output = "".join(seen) + rest
+    assert child.returncode == 130, output
+    assert "interrupted (SIGTERM)" in output
+    assert "servefleet-bench-" + DEP not in on_node(project, 'docker ps -a --format '
+                                                    '"{{.Names}}"')
+    # Scenario S finished before the stop: its record stays.
+    after = on_node(project, 'cat "$1/$2/bench.jsonl"').splitlines()
+    assert len(after) == before + 1 and json.loads(after[-1])["scenario"] == "S"

@@ -10,11 +10,13 @@ from datetime import UTC, datetime
 
 from servefleet.adapters.bench import append_record
 from servefleet.adapters.bench.session import BenchTarget
-from servefleet.adapters.probes.client import API_KEY_SECRETS, EngineClient
+from servefleet.adapters.node_health.options import api_key_for
+from servefleet.adapters.probes.client import EngineClient
 from servefleet.adapters.probes.shared import probe_canaries
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bench.record import BenchRecord
 from servefleet.core.health_table import CheckRow
+from servefleet.core.models import Profile
 from servefleet.core.models.health import Canary
 
 
@@ -28,9 +30,11 @@ def served_name(client: EngineClient) -> str:
 
 
 def run_canaries(transport: SshTransport, target: BenchTarget, canaries: Sequence[Canary],
-                 *, run_id: str, secrets: Mapping[str, str]) -> list[CheckRow]:
-    """Send every canary to ``target``; record each verdict on the node."""
-    api_key = next((secrets[n] for n in API_KEY_SECRETS if secrets.get(n)), None)
+                 *, run_id: str, profile: Profile | None,
+                 secrets: Mapping[str, str]) -> list[CheckRow]:
+    """Send every canary to ``target``; record each verdict on the node. The API key is the
+    one ``profile`` (the running one, from git) gives its engine, as the gate sends it."""
+    api_key = api_key_for(profile, secrets) if profile is not None else None
     client = EngineClient(f"http://{transport.node.address}:{target.port}", api_key=api_key)
     rows = probe_canaries(client, served_name(client), canaries)
     for canary, row in zip(canaries, rows, strict=True):

@@ -3,15 +3,18 @@ every scenario with every seed, keep each record on the node as it comes."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from servefleet.adapters import compose_commands
 from servefleet.adapters.bench import (
     append_record,
     job_for,
+    load_container,
     run_beside_command,
     run_command,
     run_load,
@@ -110,6 +113,17 @@ def bench_target(transport: SshTransport, deployment: str, project: Project) -> 
         hf_cache=transport.node.hf_cache)
 
 
+def _stop_load_beside(transport: SshTransport, target: BenchTarget) -> None:
+    """Remove the load container of an interrupted run (Ctrl-C, SIGTERM, a failure): unlike
+    ``docker exec``, a container keeps loading the engine when its client goes. Best effort:
+    over a dropped link it stays until its run ends, and the next bench removes it first."""
+    if target.load_image is None:
+        return
+    with contextlib.suppress(Exception):
+        transport.run(compose_commands.remove_container(load_container(target.deployment)),
+                      timeout=30, what="remove the load container")
+
+
 @dataclass
 class BenchProgress:
     """What a bench tells as it goes (the CLI prints it)."""
@@ -148,9 +162,14 @@ def run_bench(transport: SshTransport, target: BenchTarget, scenarios: Sequence[
                           kv_gauges=target.engine.kv_usage_gauges, texts=bool(repeat),
                           tokenizer=target.tokenizer, api=target.engine.bench_api)
             bound = SECONDS_PER_PROMPT_BOUND * (scenario.prompts + scenario.warmups)
-            result = run_load(
-                transport, target.load_command(transport.node.base_dir, job),
-                timeout=60 + bound, alive=functools.partial(progress.alive, scenario, seed))
+            try:
+                result = run_load(
+                    transport, target.load_command(transport.node.base_dir, job),
+                    timeout=60 + bound,
+                    alive=functools.partial(progress.alive, scenario, seed))
+            except BaseException:
+                _stop_load_beside(transport, target)
+                raise
             figures = {k: v for k, v in result.figures.items() if k != "texts"}
             if repeat:
                 figures["answers"] = answer_digests(result.figures.get("texts") or [])
