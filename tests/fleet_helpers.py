@@ -3,11 +3,15 @@ removed from the nodes before the test starts and after it ends, and plain HTTP 
 
 from __future__ import annotations
 
+import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from servefleet.core.models import Node
 from servefleet.core.project import Project, load_project
@@ -22,6 +26,20 @@ def wiped_project(fleet: FleetHandle, deployment: str,
     fleet.remove_deployment(project, deployment, nodes)
     yield project
     fleet.remove_deployment(project, deployment, nodes)
+
+
+def bench_project(fleet: FleetHandle, folder: Path, stack: str, node: str, deployment: str,
+                  profile: str, port: int, scenarios: dict[str, Any]) -> Path:
+    """A copy of the fleet's project in ``folder`` whose stack ``stack`` places ``profile``
+    as ``deployment`` on ``node``, with ``scenarios`` as its bench default."""
+    for name in ("nodes", "profiles", "templates", "healthchecks"):
+        shutil.copytree(fleet.project_dir / name, folder / name)
+    shutil.copy(fleet.project_dir / "Pulumi.yaml", folder / "Pulumi.yaml")
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(scenarios))
+    (folder / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": {
+        "servefleet:benchScenarios": "tiny.yaml",
+        "servefleet:profiles": {node: {deployment: {"profile": profile, "port": port}}}}}))
+    return folder
 
 
 def http_get(node: Node, port: int, path: str, timeout: float) -> tuple[int, bytes]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import shutil
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +25,7 @@ from servefleet.core.models import Deployment
 from servefleet.core.models.health import Canary
 from servefleet.core.project import Project, load_project
 from servefleet.sim.testbed import FleetHandle
-from tests.fleet_helpers import wiped_project
+from tests.fleet_helpers import bench_project, wiped_project
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -47,14 +46,8 @@ def bed(real_engines: FleetHandle, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[tuple[Project, Callable[..., Result]]]:
     """A copy of the sim project whose stack places ``qwen36-fp8`` as ``bn`` on the node,
     with the tiny scenarios as its bench default; the deployment deployed, gated."""
-    copy = tmp_path_factory.mktemp("bench-project")
-    for name in ("nodes", "profiles", "templates", "healthchecks"):
-        shutil.copytree(real_engines.project_dir / name, copy / name)
-    shutil.copy(real_engines.project_dir / "Pulumi.yaml", copy / "Pulumi.yaml")
-    (copy / "tiny.yaml").write_text(yaml.safe_dump(TINY))
-    (copy / "Pulumi.bn.yaml").write_text(yaml.safe_dump({"config": {
-        "servefleet:benchScenarios": "tiny.yaml",
-        "servefleet:profiles": {NODE: {DEP: {"profile": "qwen36-fp8", "port": PORT}}}}}))
+    copy = bench_project(real_engines, tmp_path_factory.mktemp("bench-project"), "bn", NODE,
+                         DEP, "qwen36-fp8", PORT, TINY)
     for _ in wiped_project(real_engines, DEP, [NODE]):
         project = load_project(copy, "bn")
         [result] = deploy(project, [NODE], secrets=SECRETS)

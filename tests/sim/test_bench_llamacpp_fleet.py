@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from servefleet.cli.main import build_cli
 from servefleet.core.bench.beside import BENCH_SERVICE_FILE
 from servefleet.core.project import Project, load_project
 from servefleet.sim.testbed import FleetHandle
-from tests.fleet_helpers import wiped_project
+from tests.fleet_helpers import bench_project, wiped_project
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -46,15 +45,8 @@ def bed(real_engines: FleetHandle, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[tuple[Project, Callable[..., Result]]]:
     """A copy of the sim project whose stack places the llama.cpp profile as ``bl`` on the
     RTX 5090-shaped node; deployed, gated."""
-    copy = tmp_path_factory.mktemp("bench-llamacpp")
-    for name in ("nodes", "profiles", "templates", "healthchecks"):
-        shutil.copytree(real_engines.project_dir / name, copy / name)
-    shutil.copy(real_engines.project_dir / "Pulumi.yaml", copy / "Pulumi.yaml")
-    (copy / "tiny.yaml").write_text(yaml.safe_dump(TINY))
-    (copy / "Pulumi.bl.yaml").write_text(yaml.safe_dump({"config": {
-        "servefleet:benchScenarios": "tiny.yaml",
-        "servefleet:profiles": {NODE: {DEP: {"profile": "qwen36-q4-llamacpp",
-                                             "port": PORT}}}}}))
+    copy = bench_project(real_engines, tmp_path_factory.mktemp("bench-llamacpp"), "bl", NODE,
+                         DEP, "qwen36-q4-llamacpp", PORT, TINY)
     app = build_cli()
 
     def run(*args: str) -> Result:

@@ -163,7 +163,7 @@ def main():
         result_path = os.path.join(folder, "result.json")
         if child.returncode != 0 or not os.path.exists(result_path):
             last = [line for line in tail.splitlines() if line.strip()][-8:]
-            if job.get("trace") and "invalid choice: 'timed_trace'" in tail:
+            if job.get("trace") and "invalid choice" in tail and "timed_trace" in tail:
                 say("@@bench-error this vLLM's `vllm bench serve` cannot replay a trace (no "
                     "timed_trace dataset: it came with vLLM PR #39795); bench the "
                     "scenarios without `replay` here, or use a newer image")
