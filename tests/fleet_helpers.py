@@ -28,6 +28,17 @@ def wiped_project(fleet: FleetHandle, deployment: str,
     fleet.remove_deployment(project, deployment, nodes)
 
 
+BENCH_SECRETS = {"HF_TOKEN": "hf_bench-test-secret-value"}
+"""The secrets a bench test deploys with."""
+TINY_SCENARIOS: dict[str, Any] = {"scenarios": [
+    {"name": "A", "input_len": 32, "output_len": 16, "concurrency": 1, "prompts": 2,
+     "warmups": 1},
+    {"name": "C", "input_len": 64, "output_len": 16, "concurrency": 4, "prompts": 4,
+     "warmups": 1},
+]}
+"""Two of the seeds' shapes, a few requests each: a bench test's default scenarios."""
+
+
 def bench_project(fleet: FleetHandle, folder: Path, stack: str, node: str, deployment: str,
                   profile: str, port: int, scenarios: dict[str, Any]) -> Path:
     """A copy of the fleet's project in ``folder`` whose stack ``stack`` places ``profile``

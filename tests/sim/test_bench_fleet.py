@@ -25,20 +25,15 @@ from servefleet.core.models import Deployment
 from servefleet.core.models.health import Canary
 from servefleet.core.project import Project, load_project
 from servefleet.sim.testbed import FleetHandle
-from tests.fleet_helpers import bench_project, wiped_project
+from tests.fleet_helpers import BENCH_SECRETS, TINY_SCENARIOS, bench_project, wiped_project
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
-SECRETS = {"HF_TOKEN": "hf_bench-test-secret-value"}
+SECRETS = BENCH_SECRETS
+TINY = TINY_SCENARIOS
 NODE = "sim-spark-1"
 DEP = "bn"
 PORT = 8001
-TINY = {"scenarios": [
-    {"name": "A", "input_len": 32, "output_len": 16, "concurrency": 1, "prompts": 2,
-     "warmups": 1},
-    {"name": "C", "input_len": 64, "output_len": 16, "concurrency": 4, "prompts": 4,
-     "warmups": 1},
-]}
 
 
 @pytest.fixture(scope="module")

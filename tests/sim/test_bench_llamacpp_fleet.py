@@ -24,20 +24,15 @@ from servefleet.cli.main import build_cli
 from servefleet.core.bench.beside import BENCH_SERVICE_FILE
 from servefleet.core.project import Project, load_project
 from servefleet.sim.testbed import FleetHandle
-from tests.fleet_helpers import bench_project, wiped_project
+from tests.fleet_helpers import BENCH_SECRETS, TINY_SCENARIOS, bench_project, wiped_project
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
-SECRETS = {"HF_TOKEN": "hf_bench-test-secret-value"}
+SECRETS = BENCH_SECRETS
+TINY = TINY_SCENARIOS
 NODE = "sim-5090"
 DEP = "bl"
 PORT = 8001
-TINY = {"scenarios": [
-    {"name": "A", "input_len": 32, "output_len": 16, "concurrency": 1, "prompts": 2,
-     "warmups": 1},
-    {"name": "C", "input_len": 64, "output_len": 24, "concurrency": 4, "prompts": 4,
-     "warmups": 1, "seeds": [42]},
-]}
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +67,12 @@ def test_llamacpp_is_loaded_by_vllm_bench_serve_from_a_vllm_image_beside_it(
     done = run("bench", f"{NODE}/{DEP}", "--json")
     assert done.exit_code == 0, done.output
     printed = json.loads(done.stdout)
-    assert [(r["scenario"], r["seed"]) for r in printed] == [("A", 42), ("A", 123), ("C", 42)]
+    assert [(r["scenario"], r["seed"]) for r in printed] == [
+        ("A", 42), ("A", 123), ("C", 42), ("C", 123)]
     for record in printed:
         figures = record["figures"]
         assert record["engine"] == "llama.cpp" and record["profile"] == "qwen36-q4-llamacpp"
-        prompts, output_len = (2, 16) if record["scenario"] == "A" else (4, 24)
+        prompts, output_len = (2, 16) if record["scenario"] == "A" else (4, 16)
         assert figures["completed"] == prompts and figures["failed"] == 0, figures
         # llama-server's own count (its usage chunk), not the text counted again by a
         # tokenizer that is not the GGUF's: every request ran to its length (ignore_eos).
