@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,32 @@ def bench_project(fleet: FleetHandle, folder: Path, stack: str, node: str, deplo
         "servefleet:benchScenarios": "tiny.yaml",
         "servefleet:profiles": {node: {deployment: {"profile": profile, "port": port}}}}}))
     return folder
+
+
+def deployed_bench_bed(fleet: FleetHandle, folder: Path, stack: str, node: str,
+                       deployment: str, profile: str, port: int
+                       ) -> Iterator[tuple[Project, Callable[..., Any]]]:
+    """A bench test module's bed (a fixture's body: ``yield from``): the project copy of
+    :func:`bench_project` with :data:`TINY_SCENARIOS`, its deployment deployed and gated,
+    and ``run(*args)``, the CLI on that stack with :data:`BENCH_SECRETS`."""
+    from click.testing import CliRunner
+
+    from servefleet.adapters.rollout import deploy
+    from servefleet.cli.main import build_cli
+
+    copy = bench_project(fleet, folder, stack, node, deployment, profile, port,
+                         TINY_SCENARIOS)
+    app = build_cli()
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(app, ["--project", str(copy), "--stack", stack, *args],
+                                  env=BENCH_SECRETS, catch_exceptions=False)
+
+    for _ in wiped_project(fleet, deployment, [node]):
+        project = load_project(copy, stack)
+        [result] = deploy(project, [node], secrets=BENCH_SECRETS)
+        assert result.ok, result.to_json()
+        yield project, run
 
 
 def http_get(node: Node, port: int, path: str, timeout: float) -> tuple[int, bytes]:

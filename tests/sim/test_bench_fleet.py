@@ -7,7 +7,6 @@ refused. The tests share one deployment (``bn`` on sim-spark-1) and run in file 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -23,14 +22,12 @@ from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bench.record import BENCH_FILE, parse_records
 from servefleet.core.models import Deployment
 from servefleet.core.models.health import Canary
-from servefleet.core.project import Project, load_project
+from servefleet.core.project import Project
 from servefleet.sim.testbed import FleetHandle
-from tests.fleet_helpers import BENCH_SECRETS, TINY_SCENARIOS, bench_project, wiped_project
+from tests.fleet_helpers import BENCH_SECRETS, deployed_bench_bed
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
-SECRETS = BENCH_SECRETS
-TINY = TINY_SCENARIOS
 NODE = "sim-spark-1"
 DEP = "bn"
 PORT = 8001
@@ -41,26 +38,8 @@ def bed(real_engines: FleetHandle, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[tuple[Project, Callable[..., Result]]]:
     """A copy of the sim project whose stack places ``qwen36-fp8`` as ``bn`` on the node,
     with the tiny scenarios as its bench default; the deployment deployed, gated."""
-    copy = bench_project(real_engines, tmp_path_factory.mktemp("bench-project"), "bn", NODE,
-                         DEP, "qwen36-fp8", PORT, TINY)
-    for _ in wiped_project(real_engines, DEP, [NODE]):
-        project = load_project(copy, "bn")
-        [result] = deploy(project, [NODE], secrets=SECRETS)
-        assert result.ok, result.to_json()
-        yield project, functools.partial(run_cli_of(copy), env=SECRETS)
-
-
-def run_cli_of(copy: Path) -> Callable[..., Result]:
-    from click.testing import CliRunner
-
-    from servefleet.cli.main import build_cli
-
-    app = build_cli()
-
-    def run(*args: str, env: dict[str, str] | None = None) -> Result:
-        return CliRunner().invoke(app, ["--project", str(copy), "--stack", "bn", *args],
-                                  env=env, catch_exceptions=False)
-    return run
+    yield from deployed_bench_bed(real_engines, tmp_path_factory.mktemp("bench-project"),
+                                  "bn", NODE, DEP, "qwen36-fp8", PORT)
 
 
 def node_records(project: Project) -> list:
@@ -208,7 +187,7 @@ def test_a_profile_whose_canary_fails_fails_its_gate_and_the_node_keeps_a(
         Deployment(node=NODE, name=DEP, profile=canaried.name, port=PORT)]})
     [result] = deploy(dataclasses.replace(
         project, stack=stack, profiles={**project.profiles, canaried.name: canaried}),
-        [NODE], secrets=SECRETS)
+        [NODE], secrets=BENCH_SECRETS)
     [deployed] = result.deployments
     assert deployed.status == "rolled_back", result.to_json()
     assert deployed.failure is not None and "canary never" in deployed.failure.message

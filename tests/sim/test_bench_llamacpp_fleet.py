@@ -16,20 +16,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from servefleet.adapters.rollout import deploy
 from servefleet.adapters.ssh import SshTransport
-from servefleet.cli.main import build_cli
 from servefleet.core.bench.beside import BENCH_SERVICE_FILE
-from servefleet.core.project import Project, load_project
+from servefleet.core.project import Project
 from servefleet.sim.testbed import FleetHandle
-from tests.fleet_helpers import BENCH_SECRETS, TINY_SCENARIOS, bench_project, wiped_project
+from tests.fleet_helpers import BENCH_SECRETS, deployed_bench_bed
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
-SECRETS = BENCH_SECRETS
-TINY = TINY_SCENARIOS
 NODE = "sim-5090"
 DEP = "bl"
 PORT = 8001
@@ -40,19 +36,8 @@ def bed(real_engines: FleetHandle, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[tuple[Project, Callable[..., Result]]]:
     """A copy of the sim project whose stack places the llama.cpp profile as ``bl`` on the
     RTX 5090-shaped node; deployed, gated."""
-    copy = bench_project(real_engines, tmp_path_factory.mktemp("bench-llamacpp"), "bl", NODE,
-                         DEP, "qwen36-q4-llamacpp", PORT, TINY)
-    app = build_cli()
-
-    def run(*args: str) -> Result:
-        return CliRunner().invoke(app, ["--project", str(copy), "--stack", "bl", *args],
-                                  env=SECRETS, catch_exceptions=False)
-
-    for _ in wiped_project(real_engines, DEP, [NODE]):
-        project = load_project(copy, "bl")
-        [result] = deploy(project, [NODE], secrets=SECRETS)
-        assert result.ok, result.to_json()
-        yield project, run
+    yield from deployed_bench_bed(real_engines, tmp_path_factory.mktemp("bench-llamacpp"),
+                                  "bl", NODE, DEP, "qwen36-q4-llamacpp", PORT)
 
 
 def on_node(project: Project, script: str) -> str:
@@ -125,7 +110,7 @@ def test_sigterm_stops_the_load_container_and_keeps_the_finished_runs(
         [*cli, "--project", str(project.root), "--stack", "bl", "bench", f"{NODE}/{DEP}",
          "--scenarios", str(long)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, **SECRETS})
+        env={**os.environ, **BENCH_SECRETS})
     assert child.stdout is not None
     seen = []
     for line in child.stdout:
