@@ -326,7 +326,8 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
         return
     with _stops_as_interrupt(), SshTransport(project.nodes[node]) as transport:
         try:
-            target_info = bench_target(transport, deployment, project)
+            target_info = bench_target(transport, deployment, project,
+                                       loads=canaries_path is None)
         except BenchRefused as error:
             click.echo(f"refused: {error}", err=True)
             sys.exit(EXIT_REFUSED)

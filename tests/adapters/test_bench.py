@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import subprocess
@@ -83,3 +84,19 @@ def test_a_bench_beside_the_engine_adds_its_service_file_before_the_node_overrid
     files = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-f"]
     assert files == ["/srv/base/x'; rm -rf /; '/releases/r1/compose.yaml", service_file,
                      "/srv/base/x'; rm -rf /; '/releases/r1/compose.override.1.yaml"]
+
+
+def test_a_target_read_for_canaries_alone_never_loads_beside_the_engine() -> None:
+    from servefleet.adapters.bench.session import BenchTarget
+    from servefleet.core.engines import engine_named
+
+    llama = BenchTarget(node="n", deployment="main", release="r1", profile="p",
+                        profile_identity="x", engine=engine_named("llama.cpp"),
+                        engine_version="b1", image="i", port=8000)
+    vllm = dataclasses.replace(llama, engine=engine_named("vllm"))
+    assert llama.beside and not vllm.beside
+    assert vllm.load_command("/srv", {"seed": 1})[2] == run_command("main", {"seed": 1})[2]
+    with pytest.raises(ValueError, match="read without a load image"):
+        llama.load_command("/srv", {"seed": 1})
+    loaded = dataclasses.replace(llama, load_image="vllm/vllm-openai:v0.26.0")
+    assert "servefleet-bench-main" in loaded.load_command("/srv", {"seed": 1})

@@ -33,13 +33,18 @@ EXIT = "@@bench-exit "
 RECORD_TIMEOUT_SECONDS = 30
 NO_ENGINE_EXIT = 4
 
-# $1 compose project, $2 the load program, $3 its JSON job. The image id first (what ran),
-# then the program's lines, then its exit status.
-RUN_SCRIPT = (
+# $1 compose project: the running engine's container in $c, and its image id printed first
+# (what a run measures); without one, the no-engine exit.
+_FIND_ENGINE = (
     'c=$(' + remote.deployment_ids('"$1"', running=True) + ') || exit 1; '
     'c=$(echo "$c" | head -n 1); '
     '[ -n "$c" ] || { echo "' + EXIT + str(NO_ENGINE_EXIT) + '"; exit 0; }; '
     "printf '" + IMAGE + "%s\\n' \"$(docker inspect --format '{{.Image}}' \"$c\")\"; "
+)
+# $1 compose project, $2 the load program, $3 its JSON job. The image id first, then the
+# program's lines, then its exit status.
+RUN_SCRIPT = (
+    _FIND_ENGINE +
     'printf "%s" "$2" | docker exec -i "$c" python3 - "$3" 2>&1; echo "' + EXIT + '$?"'
 )
 # $1 compose project, $2 the load program, $3 its JSON job, $4 the bench service's compose
@@ -47,10 +52,7 @@ RUN_SCRIPT = (
 # its subcommand (the bench file among the release's, before the node's overrides, which
 # may change it). The engine's image id first (what is measured), as above.
 RUN_BESIDE_SCRIPT = (
-    'c=$(' + remote.deployment_ids('"$1"', running=True) + ') || exit 1; '
-    'c=$(echo "$c" | head -n 1); '
-    '[ -n "$c" ] || { echo "' + EXIT + str(NO_ENGINE_EXIT) + '"; exit 0; }; '
-    "printf '" + IMAGE + "%s\\n' \"$(docker inspect --format '{{.Image}}' \"$c\")\"; "
+    _FIND_ENGINE +
     'program=$2; job=$3; name=$6; printf "%s" "$4" > "$5" || exit 1; shift 6; '
     # A load container left by a controller that died goes first, and this one at the end.
     'docker rm -f "$name" >/dev/null 2>&1; '

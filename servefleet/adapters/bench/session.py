@@ -20,6 +20,7 @@ from servefleet.adapters.bench import (
     run_load,
 )
 from servefleet.adapters.rollout.compose_ssh import ComposeSshRuntime
+from servefleet.adapters.rollout.target import manifest_compose_files
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bench.beside import default_bench_image
 from servefleet.core.bench.record import BenchRecord, Role
@@ -59,26 +60,37 @@ class BenchTarget:
     port: int
     compose_files: tuple[str, ...] = ("compose.yaml",)
     load_image: str | None = None
-    """The vLLM image the load generator runs in beside the engine; ``None``: inside the
-    engine's own container."""
+    """The vLLM image the load generator runs in beside an engine whose own image has none
+    (``None`` where the load runs in the engine's container, or the target was read for
+    canaries only)."""
     tokenizer: str | None = None
     """What the load generator counts tokens with, when the engine names none that loads."""
     hf_cache: str = ""
     """The node's Hugging Face cache (the tokenizer's), for a load container beside."""
 
+    @property
+    def beside(self) -> bool:
+        """The load program runs beside the engine (its image has no load generator)."""
+        return not self.engine.bench_in_engine
+
     def load_command(self, base_dir: str, job: dict[str, Any]) -> list[str]:
         """The node command that runs the load program for ``job``."""
-        if self.load_image is None:
+        if not self.beside:
             return run_command(self.deployment, job)
+        if self.load_image is None:
+            raise ValueError(f"{self.node}/{self.deployment}: read without a load image "
+                             "(bench_target(..., loads=False)) but asked to load")
         return run_beside_command(base_dir, self.deployment, self.release,
                                   self.compose_files, self.load_image, self.hf_cache, job)
 
 
-def bench_target(transport: SshTransport, deployment: str, project: Project) -> BenchTarget:
+def bench_target(transport: SshTransport, deployment: str, project: Project, *,
+                 loads: bool = True) -> BenchTarget:
     """What runs as ``deployment`` on the transport's node, read in one command;
     :class:`BenchRefused` unless it is a gated engine no rollout is changing. An engine
     whose image has no load generator is loaded from the stack's ``benchImage`` beside it,
-    counting tokens with its profile's ``model.tokenizer``."""
+    counting tokens with its profile's ``model.tokenizer``; that image is looked for only
+    when the caller ``loads`` (canaries send no load)."""
     node = transport.node.name
     observed = ComposeSshRuntime(transport).observe([deployment])
     lock = observed.lock
@@ -98,18 +110,17 @@ def bench_target(transport: SshTransport, deployment: str, project: Project) -> 
     profile = project.profiles.get(str(manifest.get("profile")))
     tokenizer = profile.model.tokenizer if profile is not None else None
     load_image = None
-    if not engine.bench_in_engine:
+    if loads and not engine.bench_in_engine:
         load_image = project.stack.bench_image or default_bench_image(
             project.profiles.values())
-    files = manifest.get("compose_files")
     return BenchTarget(
         node=node, deployment=deployment, release=str(manifest.get("release_id")),
         profile=str(manifest.get("profile")),
         profile_identity=str(manifest.get("profile_identity", "")), engine=engine,
         engine_version=str(manifest.get("engine_version", "")),
         image=str(manifest.get("image", "")), port=int(manifest["port"]),
-        compose_files=tuple(str(f) for f in files) if isinstance(files, list)
-        else ("compose.yaml",), load_image=load_image, tokenizer=tokenizer,
+        compose_files=manifest_compose_files(manifest), load_image=load_image,
+        tokenizer=tokenizer,
         hf_cache=transport.node.hf_cache)
 
 
@@ -117,7 +128,7 @@ def _stop_load_beside(transport: SshTransport, target: BenchTarget) -> None:
     """Remove the load container of an interrupted run (Ctrl-C, SIGTERM, a failure): unlike
     ``docker exec``, a container keeps loading the engine when its client goes. Best effort:
     over a dropped link it stays until its run ends, and the next bench removes it first."""
-    if target.load_image is None:
+    if not target.beside:
         return
     with contextlib.suppress(Exception):
         transport.run(compose_commands.remove_container(load_container(target.deployment)),
@@ -140,7 +151,7 @@ def run_bench(transport: SshTransport, target: BenchTarget, scenarios: Sequence[
     when its run ends; the records, in order. ``repeat`` > 0 runs each scenario that many
     times with its first seed instead, keeping a digest of every answer
     (:mod:`servefleet.core.bench.stability`)."""
-    if target.load_image is not None and target.tokenizer is None:
+    if target.beside and target.tokenizer is None:
         raise BenchRefused(
             f"{target.node}/{target.deployment}: {target.engine.display_name} names no "
             "tokenizer the load generator can load; set `model.tokenizer` in profile "

@@ -71,17 +71,23 @@ def target_for(project: Project, node: Node, rendered: RenderedRelease,
         weights=rendered.weights)
 
 
+def manifest_compose_files(manifest: Mapping[str, Any]) -> tuple[str, ...]:
+    """The compose files a release's manifest lists, in ``-f`` order (``compose.yaml`` for a
+    manifest written before it listed them)."""
+    files = manifest.get("compose_files")
+    return tuple(str(f) for f in files) if isinstance(files, list) else ("compose.yaml",)
+
+
 def target_from_manifest(project: Project, node: Node, deployment: str, release_id: str,
                          manifest: Mapping[str, Any]) -> Target:
     """The target of a release already on the node, described by its manifest."""
     gate = GateSpec.for_manifest(manifest, project.profiles, node)
-    files = manifest.get("compose_files")
     profile = project.profiles.get(str(manifest.get("profile")))
     return Target(
         deployment=deployment, release_id=release_id,
         port=int(manifest.get("port") or node.ports[0]),
         engine=str(manifest.get("engine") or gate.engine),
-        compose_files=tuple(files) if isinstance(files, list) else ("compose.yaml",),
+        compose_files=manifest_compose_files(manifest),
         builds_image=bool(manifest.get("builds_image")), gate=gate,
         profile=unchanged_profile(manifest, project.profiles),
         utilization=_utilization(profile) if profile is not None else None,
