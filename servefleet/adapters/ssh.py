@@ -289,6 +289,21 @@ class SshTransport:
         if client is not None:
             _shut(client)
 
+    def open_local_port(self, port: int, *, timeout: float = 10) -> paramiko.Channel:
+        """A TCP connection to ``127.0.0.1:port`` on the node, forwarded through this SSH
+        connection (a ``direct-tcpip`` channel): reaches a service that listens on the
+        node's loopback only, such as the gateway's runtime API."""
+        self.connect()
+        transport = self._client.get_transport() if self._client else None
+        if transport is None:
+            raise ConnectionLost(self.node.name, "the SSH connection closed")
+        try:
+            return transport.open_channel("direct-tcpip", ("127.0.0.1", port),
+                                          ("127.0.0.1", 0), timeout=timeout)
+        except (paramiko.SSHException, OSError) as error:
+            raise RemoteError(self.node.name, f"connect to 127.0.0.1:{port} on the node "
+                              f"through SSH: {error}") from None
+
     # -- commands ---------------------------------------------------------------------
     def run(self, argv: Sequence[str], *, stdin: bytes | None = None,
             timeout: float | None = 120, check: bool = True, idempotent: bool = False,

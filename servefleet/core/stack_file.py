@@ -194,7 +194,7 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
     secret_names = [env for key, env in SECRET_KEYS.items() if f"{CONFIG_NS}{key}" in config]
     # forceUnlock (node -> lock id) is read by the Pulumi program, not by the CLI.
     known = [*_STACK_KEYS.values(), "profiles", "multiNode", "forceUnlock", "watch",
-             *SECRET_KEYS]
+             "gateway", *SECRET_KEYS]
     for key in config:
         if not isinstance(key, str) or not key.startswith(CONFIG_NS):
             continue  # other providers' settings (aws:region…) are Pulumi's business
@@ -227,12 +227,14 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
     if f"{CONFIG_NS}watch" in config:
         # Pulumi's camelCase keys (intervalSeconds) as the model's field names.
         values["watch"] = snake_keys(config[f"{CONFIG_NS}watch"])
+    if f"{CONFIG_NS}gateway" in config:
+        values["gateway"] = snake_keys(config[f"{CONFIG_NS}gateway"])
 
     def where(loc: tuple[Any, ...]) -> str:
         head = str(loc[0]) if loc else ""
-        if head == "watch" and len(loc) > 1:
+        if head in ("watch", "gateway") and len(loc) > 1:
             # The field inside the block, as the operator spells it (recovery.maxRestarts).
-            return CONFIG_NS + "watch." + ".".join(_camel(str(part)) for part in loc[1:])
+            return CONFIG_NS + head + "." + ".".join(_camel(str(part)) for part in loc[1:])
         return CONFIG_NS + _STACK_KEYS.get(head, head)
 
     try:

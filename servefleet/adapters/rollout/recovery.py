@@ -16,7 +16,7 @@ from servefleet.adapters.rollout.results import (
     Restore,
     StepFailed,
 )
-from servefleet.adapters.rollout.steps import RECORD_TIMEOUT_SECONDS, RolloutBase
+from servefleet.adapters.rollout.steps import RECORD_TIMEOUT_SECONDS, HookCall, RolloutBase
 from servefleet.adapters.rollout.target import Target, target_from_manifest
 from servefleet.core.errors import ServefleetError
 from servefleet.core.history import gate_record
@@ -49,6 +49,10 @@ class Recovery(RolloutBase):
                     result.warnings.append(f"the failed engine {target.release_id} could not "
                                            f"be stopped ({error}): unless the restore "
                                            "replaced it, it may serve ungated")
+            if not touched:
+                # The old engine never stopped: it serves, so whatever a before_stop hook
+                # took from it (a drain in the gateway) is given back.
+                self.after_restore(result, target)
             if chosen is not None:
                 result.restore = self.restore(result, chosen)
                 result.status = "rolled_back" if result.restore.ok else "restore_failed"
@@ -67,6 +71,16 @@ class Recovery(RolloutBase):
         with contextlib.suppress(ServefleetError):
             self.runtime.audit(target.deployment, self.audit_line(
                 operation, target.deployment, target.release_id, result.status, detail))
+
+    def after_restore(self, result: DeploymentResult, target: Target) -> None:
+        """Run the ``after_restore`` hooks; a failure is a warning (the engine serves)."""
+        for hook in self.hooks.after_restore:
+            try:
+                hook.run(HookCall(self.runtime, target, self._sayer(hook.phase, target),
+                                  None, self.node.name))
+            except Exception as error:  # the restore stands whatever a hook says
+                text = self.runtime.mask(str(error) or type(error).__name__)
+                result.warnings.append(f"{hook.phase} after the restore failed: {text}")
 
     def restore(self, result: DeploymentResult, release_id: str) -> Restore:
         """Start ``release_id`` again, gate it, and make it ``current`` when it passes."""
@@ -98,6 +112,7 @@ class Recovery(RolloutBase):
                 return Restore(release_id, False,
                                report.summary() if report is not None else message, report)
             warnings: list[str] = []
+            self.after_restore(result, target)
             try:
                 self.mark_gated(deployment, release_id)
                 # What serves is what current names: the restored release passed its gate.

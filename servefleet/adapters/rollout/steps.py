@@ -52,6 +52,8 @@ class HookCall:
     """Report a line of progress under the hook's phase."""
     report: HealthReport | None = None
     """The passed gate's report (``after_gate`` hooks only)."""
+    node: str = ""
+    """The node's name."""
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,13 @@ class Hook:
 class RolloutHooks:
     """Steps run around the commit: ``before_stop`` while the old engine still serves (a
     failure leaves it serving), ``after_gate`` once the new engine passed its gate and
-    before ``current`` switches (a failure restores the old release)."""
+    before ``current`` switches (a failure restores the old release), ``after_restore``
+    once a failed rollout's engine serves again: its restore passed the gate, or the
+    rollout failed before the old engine was stopped (a failure there is a warning)."""
 
     before_stop: tuple[Hook, ...] = ()
     after_gate: tuple[Hook, ...] = ()
+    after_restore: tuple[Hook, ...] = ()
 
 
 def _epoch(text: str) -> float | None:
@@ -150,7 +155,7 @@ class RolloutBase:
         for hook in hooks:
             with self.phase(result, hook.phase):
                 hook.run(HookCall(self.runtime, target, self._sayer(hook.phase, target),
-                                  report))
+                                  report, self.node.name))
 
     def _sayer(self, phase: str, target: Target) -> Callable[[str], None]:
         def say(line: str) -> None:

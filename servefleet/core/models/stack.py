@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import Field
 
 from servefleet.core.models.common import ContainerName, Name, StrictModel, Text
+from servefleet.core.models.gateway import GatewayConfig
 from servefleet.core.models.multinode import MultiNodeDeployment
 from servefleet.core.models.watch import WatchConfig
 
@@ -69,6 +70,9 @@ class StackConfig(StrictModel):
     """Releases kept on each node for rollback."""
     watch: WatchConfig = Field(default_factory=WatchConfig)
     """``servefleet:watch``: sampling, wedge detection and recovery of ``servefleet watch``."""
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    """``servefleet:gateway``: one endpoint for the fleet, routed by model, that rollouts
+    drain and re-admit engines in (HAProxy)."""
     bench_scenarios: Text = "scenarios/seeds.yaml"
     """``servefleet:benchScenarios``: the scenario file ``servefleet bench`` runs unless
     given one (relative to the project folder)."""

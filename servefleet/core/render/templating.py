@@ -104,6 +104,12 @@ def template_environment(templates_dir: Path | None, project_root: Path) -> jinj
     return _environment(str(folder.resolve()))
 
 
+def folder_environment(folder: Path) -> jinja2.Environment:
+    """The environment (filters, strict undefined) over any template folder, such as the
+    gateway's ``templates/gateway``."""
+    return _environment(str(folder.resolve()))
+
+
 @functools.lru_cache(maxsize=16)
 def _environment(folder: str) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder), **_settings())

@@ -15,6 +15,8 @@ def snake_keys(value: Any) -> Any:
     if isinstance(value, dict):
         return {(_CAMEL.sub(r"_\1", k).lower() if isinstance(k, str) else k): snake_keys(v)
                 for k, v in value.items()}
+    if isinstance(value, list):
+        return [snake_keys(item) for item in value]
     return value
 
 
