@@ -31,6 +31,7 @@ from typing import Any
 
 import pulumi
 
+from servefleet.adapters.pulumi_gateway import GatewayResource, gateway_args
 from servefleet.adapters.pulumi_multinode import MultiNodeDeploymentResource, multinode_args
 from servefleet.adapters.pulumi_provider import (
     PROVIDER_VERSION,
@@ -40,6 +41,7 @@ from servefleet.adapters.pulumi_provider import (
 )
 from servefleet.adapters.rollout import NodeResult, check_rules, plan_fleet
 from servefleet.core.errors import ConfigError, ServefleetError
+from servefleet.core.gateway.routes import GATEWAY_DEPLOYMENT
 from servefleet.core.kvplan.preview import plan_item_preview
 from servefleet.core.models import MultiNodeDeployment
 from servefleet.core.plan import PlanItem, flags_from_argv
@@ -222,12 +224,19 @@ def declare_stack(root: Path, stack: str, config: pulumi.Config,
     unlock = force_unlock_ids(config)
     resources: dict[str, NodeDeployment] = {}
     previous: NodeDeployment | None = None
+    # The gateway first: every engine's rollout drains and re-admits it there.
+    gateway = (GatewayResource(GATEWAY_DEPLOYMENT, gateway_args(project))
+               if project.stack.gateway.enabled else None)
+    if gateway is not None:
+        pulumi.export("gateway", {"endpoint": gateway.endpoint})
+    allow_outage = bool(config.get_bool("allowOutage"))
     for node in project.stack.nodes:
-        opts = None
+        after: list[pulumi.Resource] = [gateway] if gateway is not None else []
         if project.stack.strategy == "rolling" and previous is not None:
-            opts = pulumi.ResourceOptions(depends_on=[previous])
+            after.append(previous)
+        opts = pulumi.ResourceOptions(depends_on=after) if after else None
         args = dataclasses.replace(node_args(project, node, secrets),
-                                   unlock_id=unlock.get(node))
+                                   unlock_id=unlock.get(node), allow_outage=allow_outage)
         previous = resources[node] = NodeDeployment(node, args, opts)
     # A stack of engines spanning nodes only has no node resource to log under (and the
     # per-node planner refuses an empty placement).

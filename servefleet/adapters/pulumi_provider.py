@@ -37,6 +37,7 @@ import pulumi
 import pulumi.dynamic
 
 # Re-exported: the single-node provider's names, which the multi-node one and tests use.
+from servefleet.adapters.gateway.follow import following_gateway
 from servefleet.adapters.pulumi_common import _int as _int
 from servefleet.adapters.pulumi_common import _mapping as _mapping
 from servefleet.adapters.pulumi_common import _quiet_libraries as _quiet_libraries
@@ -137,6 +138,9 @@ class NodeDeploymentArgs:
     """Remove the node lock with this id before deploying (stack config
     ``servefleet:forceUnlock.<node>``; a lock with another id stays). Not part of the diff:
     it only unblocks an update that has something to do."""
+    allow_outage: bool = False
+    """With a gateway, let the rollout drain the last engine serving a route (stack config
+    ``servefleet:allowOutage``). Not part of the diff."""
 
     def to_props(self) -> dict[str, Any]:
         """The resource's input properties, plus the declared outputs (``None``)."""
@@ -149,6 +153,8 @@ class NodeDeploymentArgs:
             "providerVersion": self.provider_version,
             "deployments": {name: dep.to_props() for name, dep in self.deployments.items()},
         }
+        if self.allow_outage:
+            props["allowOutage"] = True
         return with_outputs(props, self.unlock_id, self.secrets, OUTPUT_KEYS)
 
 
@@ -312,9 +318,13 @@ def apply(props: Mapping[str, Any], previous: Mapping[str, Any] | None = None,
     wanted = _deployments(props)
     _quiet_libraries()
     unlock_id = props.get("unlockId")
-    result = rollout.deploy_node(project, name, placed, secrets,
-                                 progress=progress_printer(mask),
-                                 unlock_id=str(unlock_id) if unlock_id else None)
+    # The routes come from the whole stack: the gateway knows every node's engines.
+    with following_gateway(project, allow_outage=bool(props.get("allowOutage")),
+                           mask=mask) as gateway:
+        result = rollout.deploy_node(project, name, placed, secrets,
+                                     progress=progress_printer(mask),
+                                     unlock_id=str(unlock_id) if unlock_id else None,
+                                     hooks=gateway.hooks() if gateway else None)
     if not result.ok:
         text = mask(failure_text(result))
         gate = any(d.failure is not None and (d.failure.failure_class is not None or

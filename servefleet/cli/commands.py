@@ -23,6 +23,7 @@ ALL: dict[str, str] = {
     "bench": "servefleet.cli.bench:bench_command",
     "logs": "servefleet.cli.logs:logs_group",
     "health": "servefleet.cli.health:health_command",
+    "gateway": "servefleet.cli.gateway:gateway_group",
     "drift": "servefleet.cli.drift:drift_command",
     "nightly": "servefleet.cli.drift:nightly_group",
     "watch": "servefleet.cli.watch:watch_group",

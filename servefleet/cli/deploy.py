@@ -57,10 +57,13 @@ if TYPE_CHECKING:
               help="Remove the node lock with this id (printed by the lock error and by "
                    "`plan`) left behind by a rollout that died, then deploy; a lock with "
                    "another id stays.")
+@click.option("--allow-outage", is_flag=True,
+              help="With a gateway: let a rollout drain the last engine serving a route "
+                   "(its requests fail until the engine is back).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_obj
 def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None, yes: bool,
-                   force_unlock: str | None, as_json: bool) -> None:
+                   force_unlock: str | None, allow_outage: bool, as_json: bool) -> None:
     """Deploy the stack to NODES (default: every node of the stack), health-gated, with
     automatic restore of the previous release on failure."""
     from servefleet.adapters import rollout
@@ -86,11 +89,14 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
             raise click.Abort()
     single, multi = select_multinode(project, nodes)
     started = time.monotonic()
+    if project.stack.gateway.enabled:
+        # First, so the engines' rollouts find the gateway they drain and re-admit in.
+        _ensure_gateway(project, None if as_json else out)
     run_strategy: rollout.Strategy | None = (
         "rolling" if strategy == "rolling" else "parallel" if strategy == "parallel" else None)
     if as_json:
         results, spanning = _deploy_all(project, single, multi, run_strategy, secrets,
-                                        None, force_unlock)
+                                        None, force_unlock, allow_outage)
         click.echo(json.dumps({"ok": _all_ok(results, spanning),
                                "seconds": round(time.monotonic() - started, 3),
                                "nodes": [r.to_json() for r in results],
@@ -101,12 +107,31 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
         deadlines = boot_deadlines(project, project.deployments(single) if single != [] else [])
         with progress_display(out, deadlines) as progress:
             results, spanning = _deploy_all(project, single, multi, run_strategy, secrets,
-                                            progress, force_unlock)
+                                            progress, force_unlock, allow_outage)
         if results:
             print_results(out, results)
         print_multinode_results(out, spanning)
     if not _all_ok(results, spanning):
         sys.exit(1)
+
+
+def _ensure_gateway(project: Project, out: Any) -> None:
+    """Roll the stack's gateway out (nothing happens when it runs its release already);
+    a gateway that does not pass its gate stops the deploy before any engine."""
+    from servefleet.adapters.gateway.rollout import deploy_gateway
+    from servefleet.adapters.ssh import SshTransport
+    from servefleet.core.errors import ServefleetError
+    from servefleet.core.gateway.render import render_gateway
+
+    rendered = render_gateway(project)
+    with SshTransport(project.nodes[rendered.node]) as transport:
+        result = deploy_gateway(project, rendered, transport)
+    if out is not None:
+        out.print(f"{result.node} gateway {result.release_id}: {result.status}",
+                  highlight=False)
+    if result.status not in ("deployed", "unchanged"):
+        raise ServefleetError(f"{result.node} gateway: {result.status}: {result.message}; no "
+                              "engine was touched")
 
 
 def _all_ok(results: Sequence[NodeResult], spanning: Sequence[MultiNodeResult]) -> bool:
@@ -115,18 +140,24 @@ def _all_ok(results: Sequence[NodeResult], spanning: Sequence[MultiNodeResult]) 
 
 def _deploy_all(project: Project, single: list[str] | None, multi: Sequence[Any],
                 strategy: Any, secrets: dict[str, str], progress: Progress | None,
-                unlock_id: str | None) -> tuple[list[NodeResult], list[MultiNodeResult]]:
+                unlock_id: str | None, allow_outage: bool = False,
+                ) -> tuple[list[NodeResult], list[MultiNodeResult]]:
     """The per-node rollout, then each engine spanning nodes (one after the other: they
     take the same node locks). Under ``rolling``, or after Ctrl-C, an earlier failure
-    leaves the rest ``skipped``."""
+    leaves the rest ``skipped``. With a gateway, each engine is drained in it before its
+    stop and re-admitted after its gate."""
     from servefleet.adapters import rollout
+    from servefleet.adapters.gateway.follow import following_gateway
     from servefleet.adapters.multinode import MultiNodeResult, deploy_multinode
     from servefleet.adapters.rollout import Abort, Failure
+    from servefleet.core.secrets import SecretMask
 
     abort = Abort()
-    results = [] if single == [] else rollout.deploy(
-        project, single, strategy, secrets, progress=progress, unlock_id=unlock_id,
-        abort=abort)
+    with following_gateway(project, allow_outage=allow_outage,
+                           mask=SecretMask.from_mapping(secrets)) as gateway:
+        results = [] if single == [] else rollout.deploy(
+            project, single, strategy, secrets, progress=progress, unlock_id=unlock_id,
+            abort=abort, hooks=gateway.hooks() if gateway else None)
     spanning: list[MultiNodeResult] = []
     rolling = (strategy or project.stack.strategy) == "rolling"
     for dep in multi:

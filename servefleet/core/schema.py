@@ -126,6 +126,10 @@ def stack_schema() -> dict[str, Any]:
             "additionalProperties": {"type": "object", "additionalProperties": False,
                                      "properties": multi_props, "$defs": multi.get("$defs", {}),
                                      "required": ["profile", "nodes"]}},
+        f"{CONFIG_NS}allowOutage": {"type": "boolean",
+                                    "description": "pulumi up with a gateway: let a rollout "
+                                                   "drain the last engine serving a route "
+                                                   "(read by the Pulumi program)."},
         f"{CONFIG_NS}forceUnlock": {"type": "object",
                                     "additionalProperties": {"type": "string"},
                                     "description": "Node → lock id to remove before the "

@@ -192,8 +192,10 @@ def load_stack(root: Path, stack: str) -> tuple[StackConfig | None, str, list[st
     multi_node, multi_problems = multinode_from_config(config, rel)
     problems += multi_problems
     secret_names = [env for key, env in SECRET_KEYS.items() if f"{CONFIG_NS}{key}" in config]
-    # forceUnlock (node -> lock id) is read by the Pulumi program, not by the CLI.
-    known = [*_STACK_KEYS.values(), "profiles", "multiNode", "forceUnlock", "watch",
+    # forceUnlock (node -> lock id) and allowOutage are read by the Pulumi program, not by
+    # the CLI (whose flags say the same).
+    known = [*_STACK_KEYS.values(), "profiles", "multiNode", "forceUnlock", "allowOutage",
+             "watch",
              "gateway", *SECRET_KEYS]
     for key in config:
         if not isinstance(key, str) or not key.startswith(CONFIG_NS):

@@ -36,21 +36,23 @@ from servefleet.sim.layout import RUN_ROOT
 from servefleet.sim.programs import find_program
 
 SUITE = "bookworm"
-PACKAGES = ("python3", "git", "curl", "ca-certificates")
+PACKAGES = ("python3", "git", "curl", "ca-certificates", "haproxy")
+"""haproxy: the simulated nodes' gateway image is Debian's real HAProxy (Dockerfile.gateway)."""
 # Packages removed after debootstrap: perl alone is a quarter of the root, and nothing the
 # stand-in or a patch overlay runs needs it (git apply is C).
 PURGE = ("perl", "perl-modules-5.36", "libperl5.36", "liberror-perl", "git-man")
 PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
          "var/cache/apt", "var/lib/apt/lists", "var/log")
-RECIPE = "servefleet-sim-base-3"
+RECIPE = "servefleet-sim-base-4"
 """Bump when the recipe above changes, so the cached root is made again."""
 STORE_RECIPE = "servefleet-sim-store-1"
 """Bump when the way the store is built changes."""
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 BASE_REPO = "servefleet-sim/base"
 KEEP_STORES = 3
-ENGINES = {"vllm": "vllm", "llamacpp": "llama.cpp"}
-"""Dockerfile suffix → engine name: ``Dockerfile.vllm`` builds ``vllm-standin``."""
+ENGINES = {"vllm": "vllm", "llamacpp": "llama.cpp", "gateway": "haproxy"}
+"""Dockerfile suffix → what it runs: ``Dockerfile.vllm`` builds ``vllm-standin``;
+``Dockerfile.gateway`` is no stand-in but the real HAProxy of the base root."""
 
 Log = Callable[[str], None]
 

@@ -147,3 +147,12 @@ def _roll_back(transport: SshTransport, rendered: RenderedGateway, before: str |
         return GatewayResult(node.name, rendered.release_id, "failed",
                              f"{why}; and the previous release could not be started: {error}")
     return GatewayResult(node.name, rendered.release_id, "failed", f"{why}; stopped")
+
+
+def stop_gateway(transport: SshTransport) -> None:
+    """Stop the gateway's containers (its releases stay on the node)."""
+    release = current_release(transport)
+    if release is None:
+        return
+    transport.run(_compose(transport.node.base_dir, release, "down"), timeout=120,
+                  what="stop the gateway")

@@ -79,6 +79,11 @@ def render_gateway(project: Project) -> RenderedGateway:
     if config.node not in project.nodes:
         raise ConfigError(f"servefleet:gateway.node: {config.node!r} is not a node of this "
                           f"project (nodes: {', '.join(sorted(project.nodes))})")
+    taken = {project.port_of(d): d.key for d in project.stack.for_node(config.node)}
+    for what, port in (("port", config.port), ("adminPort", config.admin_port)):
+        if port in taken:
+            raise ConfigError(f"servefleet:gateway.{what}: {port} is the port of {taken[port]} "
+                              f"on the gateway's node; give the gateway another port")
     routes = resolve_routes(project)
     models = sorted({r.route.model for r in routes})
     folder = templates_folder(project.root)
