@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """HAProxy's runtime answers read back: ``show servers state`` and ``show stat`` as
 Debian's HAProxy 2.6.12 wrote them (a server drained by hand, one up, one down)."""
 
