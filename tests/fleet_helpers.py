@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from servefleet.core.models import Node
+from servefleet.core.models import Node, Profile
 from servefleet.core.project import Project, load_project
 from servefleet.sim.testbed import FleetHandle
 
@@ -96,3 +96,15 @@ def real_standin(fleet: FleetHandle, reason: str) -> FleetHandle:
     if not fleet.standin_is_real:
         pytest.fail(reason)
     return fleet
+
+
+def derived(project: Project, base: str, name: str, **changes: Any) -> Profile:
+    """A profile ``name``: ``base`` with ``changes`` (nested mappings merge)."""
+    data = project.profiles[base].model_dump()
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            data[key] = {**(data.get(key) or {}), **value}
+        else:
+            data[key] = value
+    data["name"] = name
+    return Profile.model_validate(data)

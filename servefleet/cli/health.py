@@ -101,6 +101,35 @@ def _check(project: Project, nodes: tuple[str, ...], deployments: tuple[str, ...
     return [*results, *check_multinode_fleet(project, multi, options)]
 
 
+def with_gateway_rows(project: Project,
+                      results: list[DeploymentHealth]) -> list[DeploymentHealth]:
+    """Each deployment's state in the stack's gateway as one more row (serving, draining,
+    out), read once from its runtime API."""
+    import dataclasses
+
+    from servefleet.adapters.gateway.follow import following_gateway
+    from servefleet.core.errors import ServefleetError
+    from servefleet.core.gateway.routes import resolve_routes
+    from servefleet.core.gateway.state import rotation_row
+
+    if not project.stack.gateway.enabled:
+        return results
+    routes = resolve_routes(project)
+    servers, problem = None, ""
+    try:
+        with following_gateway(project) as gateway:
+            assert gateway is not None
+            servers = gateway.api.servers()
+    except ServefleetError as error:
+        problem = str(error)
+    out = []
+    for result in results:
+        row = rotation_row(result.node, result.deployment, routes, servers, problem)
+        out.append(result if row is None else
+                   dataclasses.replace(result, rows=(*result.rows, row)))
+    return out
+
+
 @click.command("health")
 @click.argument("nodes", nargs=-1)
 @click.option("--deployment", "-d", "deployments", multiple=True,
@@ -134,7 +163,7 @@ def health_command(obj: CliContext, nodes: tuple[str, ...], deployments: tuple[s
         determinism=True if determinism else None, wait=wait is not None,
         wait_seconds=None if wait is None or wait == WAIT_UNTIL_DEADLINE else wait,
         rebaseline=rebaseline, secrets=api_secrets(project))
-    results = _check(project, nodes, deployments, options)
+    results = with_gateway_rows(project, _check(project, nodes, deployments, options))
     if as_json:
         click.echo(json.dumps(fleet_json(results), indent=2))
     else:

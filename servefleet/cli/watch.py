@@ -10,6 +10,7 @@ CMD`` runs CMD (no shell) with one JSON object on stdin for every action or aler
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -155,8 +156,11 @@ def watch_run(ctx: CliContext, nodes: tuple[str, ...], once: bool, as_json: bool
     from rich.console import Console
 
     from servefleet.adapters.drift_collect.check import secrets_from_environment
+    from servefleet.adapters.gateway.follow import following_gateway
     from servefleet.adapters.watch.fleet import FleetWatcher, watched
+    from servefleet.adapters.watch.recover import Recovery
     from servefleet.core.project import load_project
+    from servefleet.core.secrets import SecretMask
     from servefleet.core.watch.classify import TROUBLE
 
     project = load_project(ctx.project_dir, ctx.stack)
@@ -177,9 +181,17 @@ def watch_run(ctx: CliContext, nodes: tuple[str, ...], once: bool, as_json: bool
             if problem is not None:
                 click.secho(f"error: {problem}", fg="red", err=True)
 
+    secrets = secrets_from_environment(project)
+    # A stuck engine is not serving, whatever its /health says: drain it even when it is
+    # the last of its route.
+    held = contextlib.ExitStack()
+    gateway = held.enter_context(
+        following_gateway(project, allow_outage=True, mask=SecretMask.from_mapping(secrets)))
     watcher = FleetWatcher(project, watched(project, list(nodes) or None), config,
-                           secrets=secrets_from_environment(project), act=not no_act,
-                           on_action=on_action)
+                           secrets=secrets, act=not no_act, on_action=on_action,
+                           recovery=Recovery(project, secrets=secrets, gateway=gateway,
+                                             memory_wait_seconds=config.recovery
+                                             .uma_free_wait_seconds))
     last: list[WatchEvent] = []
     stop = {"now": False}
 
@@ -206,6 +218,7 @@ def watch_run(ctx: CliContext, nodes: tuple[str, ...], once: bool, as_json: bool
     finally:
         watcher.wait_for_recoveries(timeout=None if once else 1)
         watcher.close()
+        held.close()
     if once:
         sys.exit(once_exit_code(last, TROUBLE))
 

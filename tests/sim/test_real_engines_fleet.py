@@ -14,7 +14,6 @@ import json
 import time
 import urllib.request
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -24,7 +23,7 @@ from servefleet.adapters.rollout import NodeResult, deploy
 from servefleet.core.models import Deployment, Node, Profile
 from servefleet.core.project import Project
 from servefleet.sim.testbed import FleetHandle
-from tests.fleet_helpers import http_get, wiped_project
+from tests.fleet_helpers import derived, http_get, wiped_project
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -50,18 +49,6 @@ def placed(project: Project, profiles: dict[str, str],
     stack = project.stack.model_copy(update={"deployments": deployments})
     return dataclasses.replace(project, stack=stack,
                                profiles={**project.profiles, **(extra or {})})
-
-
-def derived(project: Project, base: str, name: str, **changes: Any) -> Profile:
-    """A profile ``name``: ``base`` with ``changes`` (nested mappings merge)."""
-    data = project.profiles[base].model_dump()
-    for key, value in changes.items():
-        if isinstance(value, dict):
-            data[key] = {**(data.get(key) or {}), **value}
-        else:
-            data[key] = value
-    data["name"] = name
-    return Profile.model_validate(data)
 
 
 def one(results: list[NodeResult], node: str) -> NodeResult:

@@ -15,7 +15,7 @@ from servefleet.adapters.gateway.runtime_api import RuntimeApi, api_through, wai
 from servefleet.adapters.rollout.steps import Hook, HookCall, RolloutHooks
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.errors import ServefleetError
-from servefleet.core.gateway.routes import ResolvedRoute, resolve_routes
+from servefleet.core.gateway.routes import ResolvedRoute, fallback_of, resolve_routes
 from servefleet.core.gateway.state import ServerState
 from servefleet.core.models.gateway import GatewayConfig
 from servefleet.core.project import Project
@@ -73,16 +73,27 @@ class GatewayFollow:
 
     def _refuse_outage(self, node: str, deployment: str, mine: list[tuple[str, str]],
                        states: list[ServerState]) -> None:
+        """Refuse when a route this deployment serves in would have no engine left: none
+        of its own, and (a lane) none in the route its requests fall through to."""
         ours = {server for _, server in mine}
-        for backend, _server in mine:
-            others = [s for s in states if s.backend == backend and s.server not in ours
-                      and s.rotation == "serving"]
-            if not others:
-                raise OutageRefused(
-                    f"gateway: {node}/{deployment} is the last engine serving route {backend} "
-                    "(no other is up and in rotation); its requests would fail until it "
-                    "is back. Roll out the others first, or allow the outage (--allow-outage, "
-                    "or servefleet:allowOutage under pulumi up)")
+        serving = {(s.backend, s.server) for s in states if s.rotation == "serving"}
+        by_name = {r.name: r for r in self.routes}
+
+        def others(route: ResolvedRoute) -> bool:
+            return any(b == route.name and s not in ours for b, s in serving)
+
+        for backend, server in mine:
+            if (backend, server) not in serving:
+                continue  # not serving now: taking it out takes nothing away
+            route = by_name[backend]
+            fallback = fallback_of(self.routes, route) if route.lane else None
+            if others(route) or (fallback is not None and others(fallback)):
+                continue
+            raise OutageRefused(
+                f"gateway: {node}/{deployment} is the last engine serving route {backend} "
+                f"({route.route.model}; no other is up and in rotation); its requests would "
+                "fail until it is back. Roll out the others first, or allow the outage "
+                "(--allow-outage, or servefleet:allowOutage under pulumi up)")
 
     def readmit(self, node: str, deployment: str, say: Say) -> None:
         """Put the deployment back in rotation and wait for the gateway's health check to

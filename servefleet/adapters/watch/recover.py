@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 
+from servefleet.adapters.gateway.follow import GatewayFollow
 from servefleet.adapters.gpu_probe import run_probe
 from servefleet.adapters.rollout import Clock, ComposeSshRuntime, NodeRollout, TransportFactory
 from servefleet.adapters.ssh import SshTransport
@@ -51,8 +52,13 @@ class Recovery:
 
     def __init__(self, project: Project, *, secrets: Mapping[str, str] | None = None,
                  transport_factory: TransportFactory | None = None,
-                 clock: Clock | None = None, memory_wait_seconds: float = 300) -> None:
+                 clock: Clock | None = None, memory_wait_seconds: float = 300,
+                 gateway: GatewayFollow | None = None) -> None:
         self.project = project
+        self.gateway = gateway
+        """The stack's gateway: an engine is drained there before it is stopped (an engine
+        stuck while its ``/health`` says 200 still gets requests otherwise) and re-admitted
+        after its gate."""
         self.secrets = dict(secrets or {})
         self.factory: Callable[[Node, SecretMask], SshTransport] = (
             transport_factory or (lambda node, mask: SshTransport(node, mask=mask)))
@@ -66,7 +72,8 @@ class Recovery:
         with self.factory(node, SecretMask.from_mapping(self.secrets)) as transport:
             runtime = ComposeSshRuntime(transport)
             rollout = NodeRollout(self.project, node, runtime, secrets=self.secrets,
-                                  clock=self.clock)
+                                  clock=self.clock,
+                                  hooks=self.gateway.hooks() if self.gateway else None)
             with contextlib.suppress(ServefleetError):
                 runtime.audit(deployment, rollout.audit_line(
                     "watch", deployment, None, decision.action, decision.reason))
@@ -80,6 +87,11 @@ class Recovery:
                 rollout.lock = None
                 lock.release()
 
+    def _drain(self, node: Node, deployment: str) -> None:
+        """Take the engine out of the gateway before a stop no rollout hook surrounds."""
+        if self.gateway is not None:
+            self.gateway.drain(node.name, deployment, lambda line: None)
+
     def _under_lock(self, rollout: NodeRollout, runtime: ComposeSshRuntime, node: Node,
                     deployment: str, decision: Decision, operation: str,
                     seen: ObservedNode) -> str:
@@ -87,6 +99,7 @@ class Recovery:
         if observed is None:
             return f"{node.name}/{deployment}: never deployed here: nothing to recover"
         if decision.action == "stop_and_alert":
+            self._drain(node, deployment)
             runtime.stop(deployment, what="stop the engine")
             runtime.audit(deployment, rollout.audit_line(
                 operation, deployment, observed.current_release, "stopped", decision.reason))
@@ -104,6 +117,7 @@ class Recovery:
         if decision.wait_for_memory and target.utilization is not None:
             # Stop first, then wait: a unified-memory pool is given back slowly, and an
             # engine started before it is back fails (or leaks more) at once.
+            self._drain(node, deployment)
             runtime.stop(deployment, what="stop the engine")
             problem = wait_for_memory(runtime.transport, node, target.utilization,
                                       self.clock.monotonic() + self.memory_wait_seconds,

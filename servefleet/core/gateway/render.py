@@ -111,7 +111,7 @@ def render_gateway(project: Project) -> RenderedGateway:
                                 "invalid_request_error"),
         "routes": [{"name": r.name, "model": r.route.model, "describe": _describe(r),
                     "header_name": r.route.header_name, "header_value": r.route.header_value,
-                    "prompt_over_bytes": r.route.prompt_over_bytes,
+                    "prompt_over_bytes": r.route.prompt_over_bytes, "lane": r.lane,
                     "thinking": r.route.thinking, "backends": r.backends} for r in routes],
     }
 

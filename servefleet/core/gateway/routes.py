@@ -41,6 +41,12 @@ class ResolvedRoute:
     route: GatewayRoute
     backends: tuple[Backend, ...]
 
+    @property
+    def lane(self) -> bool:
+        """Only some requests match (a header, a prompt size); the others, and these too
+        when no engine of the lane serves, go to the model's later routes."""
+        return self.route.header is not None or self.route.prompt_over_bytes is not None
+
 
 def serving(project: Project) -> dict[str, list[Backend]]:
     """Served model name → every deployment serving it (single-node deployments, and the
@@ -89,13 +95,19 @@ def resolve_routes(project: Project) -> list[ResolvedRoute]:
                 "profile's model.servedName")
         backends = _pick(route, index, models[route.model])
         resolved.append(ResolvedRoute(f"r{index}", route, tuple(backends)))
-    covered = {r.route.model for r in resolved
-               if r.route.header is None and r.route.prompt_over_bytes is None}
+    covered = {r.route.model for r in resolved if not r.lane}
     for model, backends in models.items():
         if model not in covered:
             resolved.append(ResolvedRoute(f"m{len(resolved)}", GatewayRoute(model=model),
                                           tuple(backends)))
     return resolved
+
+
+def fallback_of(routes: list[ResolvedRoute], route: ResolvedRoute) -> ResolvedRoute | None:
+    """Where a lane's requests go when none of its engines serves: the first route of the
+    same model after it that matches every request."""
+    later = routes[routes.index(route) + 1:]
+    return next((r for r in later if r.route.model == route.route.model and not r.lane), None)
 
 
 def backends_of(routes: list[ResolvedRoute], node: str, deployment: str) -> list[str]:

@@ -8,6 +8,9 @@ import csv
 import io
 from dataclasses import dataclass
 
+from servefleet.core.gateway.routes import ResolvedRoute
+from servefleet.core.health_table import CheckRow, Verdict
+
 ADMIN_MAINT = 0x01 | 0x02 | 0x04 | 0x20 | 0x40
 """``srv_admin_state`` bits of maintenance (forced, inherited, configured, resolution,
 hostname)."""
@@ -97,3 +100,27 @@ def server_states(servers_state: str, stat: str) -> list[ServerState]:
     admin = parse_servers_state(servers_state)
     return [ServerState(backend, server, admin.get((backend, server), "ready"), status, scur)
             for (backend, server), (status, scur) in parse_stat(stat).items()]
+
+
+def rotation_row(node: str, deployment: str, routes: list[ResolvedRoute],
+                 servers: list[ServerState] | None, problem: str = "") -> CheckRow | None:
+    """The ``health`` row of one deployment in the gateway: ``pass`` when it serves in
+    every route it belongs to, ``warn`` when drained, down or the gateway cannot be read,
+    ``fail`` when the running gateway does not know it (deploy the gateway). ``None`` when
+    no route sends to it."""
+    mine = [r.name for r in routes
+            if any(b.node == node and b.deployment == deployment for b in r.backends)]
+    if not mine:
+        return None
+    expected = f"serving in {', '.join(mine)}"
+    if servers is None:
+        return CheckRow("gateway", expected, f"not read: {problem}", "warn")
+    seen = {s.backend: s for s in servers if s.server == f"{node}.{deployment}"}
+    missing = [name for name in mine if name not in seen]
+    if missing:
+        return CheckRow("gateway", expected, f"not in the running gateway's {', '.join(missing)} "
+                        "(servefleet gateway deploy)", "fail")
+    states = [seen[name] for name in mine]
+    observed = ", ".join(f"{s.backend} {s.rotation} ({s.status})" for s in states)
+    verdict: Verdict = "pass" if all(s.rotation == "serving" for s in states) else "warn"
+    return CheckRow("gateway", expected, observed, verdict)

@@ -132,3 +132,22 @@ def test_runtime_api_through_a_real_sshd_forwarded_channel(haproxy: str, tmp_pat
                                       "dgx-spark-2.main": "out"}
             follow.readmit("dgx-spark-2", "main", lambda line: None)
             assert _rotation(api)["dgx-spark-2.main"] == "serving"
+
+
+def test_a_drained_lane_falls_through_to_the_model_s_other_engines(haproxy: str,
+                                                                  tmp_path: Path) -> None:
+    """The long-prompt lane has one engine: drained for its rollout, long prompts go to
+    the model's catch-all route, so the drain is no outage; the catch-all's last engine
+    still is."""
+    with engines(2) as (e1, e2):
+        project = _pair(e1, e2, routes=[
+            {"model": "qwen36", "promptOverBytes": 1000, "to": ["dgx-spark-2"]}])
+        with running_gateway(haproxy, project, tmp_path / "gw") as gw:
+            api = RuntimeApi(local_connect("127.0.0.1", gw.admin_port))
+            follow = _follow(project, api)
+            long_body = {"model": "qwen36", "prompt": "x" * 2000}
+            assert gw.post("/v1/completions", long_body)[1]["port"] == e2.port
+            follow.drain("dgx-spark-2", "main", lambda line: None)
+            assert gw.post("/v1/completions", long_body)[1]["port"] == e1.port
+            with pytest.raises(OutageRefused, match="last engine serving route m1"):
+                follow.drain("dgx-spark-1", "main", lambda line: None)
