@@ -107,16 +107,39 @@ def _with_multinode(project: Project, nodes: tuple[str, ...], check_fleet: Any,
     single, multi = select_multinode(project, nodes)
     report = None if single == [] else check_fleet(project, single, secrets=secrets,
                                                    options=options)
-    if not multi and report is not None:
+    gateway = _gateway_items(project, nodes)
+    if not multi and report is not None and not gateway:
         return report
     entries = {name: list(node.items) for name, node in (report.nodes.items() if report
                                                          else ())}
     entries.update(check_multinode(project, multi, secrets=secrets, options=options))
+    for item in gateway:
+        entries.setdefault(item.node, []).append(item)
     return build_report(entries, stack=project.stack.stack,
                         checked_at=report.checked_at if report else
                         datetime.now(UTC).isoformat(timespec="seconds"),
                         errors=report.errors if report else (),
                         notes=report.notes if report else ())
+
+
+def _gateway_items(project: Project, nodes: tuple[str, ...]) -> list[Any]:
+    """The gateway's drift items, when the stack has one on a node being checked."""
+    from servefleet.adapters.gateway.drift import gateway_drift
+    from servefleet.adapters.ssh import SshTransport
+    from servefleet.core.drift.items import DriftItem, DriftKind
+    from servefleet.core.errors import ServefleetError
+    from servefleet.core.gateway.render import render_gateway
+
+    where = project.stack.gateway.node
+    if where is None or (nodes and where not in nodes):
+        return []
+    rendered = render_gateway(project)
+    try:
+        with SshTransport(project.nodes[where]) as transport:
+            return gateway_drift(rendered, transport)
+    except ServefleetError as error:
+        return [DriftItem(node=where, deployment="gateway", kind=DriftKind.UNREACHABLE,
+                          message=f"the gateway could not be checked: {error}")]
 
 
 @click.command("drift", epilog=PULUMI_ROUTE)

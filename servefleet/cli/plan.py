@@ -48,11 +48,16 @@ class FleetPlan:
     plans: list[MultiNodePlan]
     errors: list[NodeResult]
     git_only: list[PlanItem]
+    gateway: dict[str, Any] | None = None
+    """The stack's gateway, git's release against the running one, with its routes and
+    each engine's state (:func:`servefleet.cli.gateway.gateway_view`)."""
 
     @property
     def changes(self) -> bool:
         """Anything a deploy would do, or could not tell."""
-        return bool(self.errors) or any(i.changes for i in self.items) \
+        gateway = self.gateway is not None and \
+            self.gateway["running_release"] != self.gateway["release"]
+        return bool(self.errors) or gateway or any(i.changes for i in self.items) \
             or any(p.changes for p in self.plans)
 
 
@@ -104,7 +109,12 @@ def plan_all(project: Project, nodes: Sequence[str] | None,
     items, errors = ([], []) if single == [] else rollout.plan_fleet(project, single, secrets)
     plans, more = plan_multinode(project, multi, secrets)
     from_git = [] if single == [] else git_only(project, single, errors, secrets)
-    return FleetPlan(items, plans, [*errors, *more], from_git)
+    view = None
+    if project.stack.gateway.enabled:
+        from servefleet.cli.gateway import gateway_view
+
+        view = gateway_view(project)
+    return FleetPlan(items, plans, [*errors, *more], from_git, view)
 
 
 def _print_summary(out: Console, action: str, lines: list[str]) -> None:
@@ -151,6 +161,11 @@ def print_plan(out: Console, project: Project, fleet: FleetPlan) -> None:
 
     _print_items(out, project, fleet.items)
     _print_multinode_plan(out, fleet.plans)
+    if fleet.gateway is not None:
+        from servefleet.cli.gateway import gateway_lines
+
+        for line in gateway_lines(fleet.gateway):
+            out.print(line, highlight=False)
     for error in fleet.errors:
         out.print(Text(node_line(error.node, error.error or error.status), style="red"))
         for item in fleet.git_only:
@@ -194,6 +209,7 @@ def plan_command(obj: CliContext, nodes: tuple[str, ...], as_json: bool) -> None
                                           for i in fleet.items),
                                         *(git_only_json(project, i) for i in fleet.git_only)],
                                "multi_node": [p.to_json() for p in fleet.plans],
+                               "gateway": fleet.gateway,
                                "errors": [e.to_json() for e in fleet.errors],
                                "missing_secrets": missing,
                                "uncomparable": uncomparable(project, nodes, missing)},

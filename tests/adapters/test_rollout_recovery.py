@@ -449,3 +449,35 @@ def test_a_failed_after_gate_hook_restores_the_old_release(scene: Scene) -> None
     assert f"switch current to {scene.release_b}" not in labels
     dep = dep_of(scene)
     assert dep.running_release == dep.current_release == dep.last_good == scene.release_a
+
+
+def test_after_restore_hooks_run_once_the_old_release_serves_again(scene: Scene) -> None:
+    """A gateway re-admits the node only when the restore passed its gate; a rollout that
+    failed before the stop gives back what its drain took at once."""
+    calls: list[tuple[str, str]] = []
+
+    def readmit(call: HookCall) -> None:
+        [running] = [c for c in call.runtime.containers("main") if c.running]
+        calls.append((call.node, running.release_id or ""))
+
+    def refuse(call: HookCall) -> None:
+        raise ConfigError("gateway: the new engine was not taken into the pool")
+
+    result = deploy(scene.b, scene.transport, hooks=RolloutHooks(
+        after_gate=(Hook("gateway-admit", refuse),),
+        after_restore=(Hook("gateway-admit", readmit),)))
+    [dep_result] = result.deployments
+    assert dep_result.status == "rolled_back" and dep_result.restore is not None
+    assert calls == [(scene.transport.node.name, scene.release_a)]
+
+    def fail_before_stop(call: HookCall) -> None:
+        raise ConfigError("gateway: last engine of its route")
+
+    calls.clear()
+    result = deploy(scene.b, scene.transport, hooks=RolloutHooks(
+        before_stop=(Hook("gateway-drain", fail_before_stop),),
+        after_restore=(Hook("gateway-admit", readmit),)))
+    [dep_result] = result.deployments
+    assert dep_result.status == "failed" and dep_result.restore is None
+    assert calls == [(scene.transport.node.name, scene.release_a)]
+    assert_old_engine_untouched(scene)
