@@ -171,7 +171,7 @@ def test_secrets_reach_the_resource_only_as_pulumi_secrets(mocks: RecordingMocks
     return pulumi.Output.all(*(r.urn for r in resources.values())).apply(check)
 
 
-def _reference_copy(tmp_path: Path, strategy: str) -> Path:
+def _reference_copy(tmp_path: Path, strategy: str, **config: Any) -> Path:
     project = tmp_path / "project"
     for folder in ("nodes", "profiles", "templates", "healthchecks"):
         if (REPO_ROOT / folder).is_dir():
@@ -179,6 +179,7 @@ def _reference_copy(tmp_path: Path, strategy: str) -> Path:
                             ignore=shutil.ignore_patterns("sim"))
     stack = yaml.safe_load((REPO_ROOT / "Pulumi.reference.yaml").read_text())
     stack["config"]["servefleet:strategy"] = strategy
+    stack["config"].update(config)
     (project / "Pulumi.reference.yaml").write_text(yaml.safe_dump(stack))
     return project
 
@@ -205,6 +206,39 @@ def test_rolling_chains_nodes_parallel_does_not(mocks: RecordingMocks, tmp_path:
                             ("rtx5090", ["dgx-spark-2"])]
     else:
         assert declared == [("dgx-spark-1", []), ("dgx-spark-2", []), ("rtx5090", [])]
+
+
+def test_the_gateway_is_declared_first_and_every_node_waits_for_it(
+        mocks: RecordingMocks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    declared: list[tuple[str, list[str]]] = []
+    real = pulumi_program.NodeDeployment
+
+    def recording(name: str, args: Any, opts: pulumi.ResourceOptions | None = None) -> Any:
+        depends = opts.depends_on if opts is not None else None
+        declared.append((name, [getattr(r, "_name", "?") for r in depends or []]
+                         if isinstance(depends, list) else []))
+        assert not args.allow_outage
+        return real(name, args, opts)
+
+    gateways: list[Any] = []
+    real_gateway = pulumi_program.GatewayResource
+
+    def gateway(name: str, args: Any, opts: pulumi.ResourceOptions | None = None) -> Any:
+        gateways.append(args)
+        return real_gateway(name, args, opts)
+
+    monkeypatch.setattr(pulumi_program, "NodeDeployment", recording)
+    monkeypatch.setattr(pulumi_program, "GatewayResource", gateway)
+    root = _reference_copy(tmp_path, "rolling", **{"servefleet:gateway": {
+        "node": "rtx5090", "port": 8080,
+        "routes": [{"model": "qwen36", "promptOverBytes": 65536, "to": ["dgx-spark-1/nomtp"],
+                    "thinking": False}]}})
+    pulumi_program.declare_fleet(root, "reference", pulumi.Config("servefleet"))
+    assert declared == [("dgx-spark-1", ["gateway"]),
+                        ("dgx-spark-2", ["gateway", "dgx-spark-1"]),
+                        ("rtx5090", ["gateway", "dgx-spark-2"])]
+    [args] = gateways
+    assert args.node == "rtx5090" and args.port == 8080 and len(args.release_id) == 12
 
 
 def test_missing_secret_names_the_config_line(tmp_path: Path) -> None:

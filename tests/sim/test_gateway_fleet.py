@@ -92,6 +92,15 @@ def load(project: Project, content: str = "hello") -> GatewayLoad:
         "messages": [{"role": "user", "content": content}]}, workers=2).start()
 
 
+def roll_under_load(project: Project) -> tuple[list[NodeResult], dict[str, Any]]:
+    """:func:`roll` while :func:`load` runs (from 3 s before to 3 s after)."""
+    running = load(project)
+    time.sleep(3)
+    results = roll(project)
+    time.sleep(3)
+    return results, summary(running.stop())
+
+
 def rotation(project: Project) -> dict[str, str]:
     with following_gateway(project) as gateway:
         assert gateway is not None
@@ -122,12 +131,8 @@ def test_the_gateway_is_rolled_out_and_both_engines_join_it(fleet: FleetHandle) 
 
 
 def test_switching_the_first_spark_to_mtp_fails_no_request(fleet: FleetHandle) -> None:
-    project = stack(fleet, {SPARKS[0]: "qwen36-fp8-mtp", SPARKS[1]: "qwen36-fp8"})
-    running = load(project)
-    time.sleep(3)
-    results = roll(project)
-    time.sleep(3)
-    seen = summary(running.stop())
+    results, seen = roll_under_load(stack(fleet, {SPARKS[0]: "qwen36-fp8-mtp",
+                                                  SPARKS[1]: "qwen36-fp8"}))
     assert all(r.ok for r in results), [r.to_json() for r in results]
     assert results[0].deployments[0].status == "deployed"
     assert seen["requests"] > 20 and seen["failed"] == 0, seen
@@ -162,11 +167,7 @@ def test_long_prompts_and_the_thinking_default_follow_the_routes(fleet: FleetHan
 
 def test_switching_the_second_spark_to_mtp_fails_no_request(fleet: FleetHandle) -> None:
     project = stack(fleet, {SPARKS[0]: "qwen36-fp8-mtp", SPARKS[1]: "qwen36-fp8-mtp"})
-    running = load(project)
-    time.sleep(3)
-    results = roll(project)
-    time.sleep(3)
-    seen = summary(running.stop())
+    results, seen = roll_under_load(project)
     assert all(r.ok for r in results), [r.to_json() for r in results]
     assert results[1].deployments[0].status == "deployed"
     assert seen["requests"] > 20 and seen["failed"] == 0, seen
@@ -189,11 +190,7 @@ def test_a_release_failing_its_gate_is_restored_and_fails_no_request(
         stack=project.stack.model_copy(update={"deployments": [
             Deployment(node=SPARKS[0], name=DEP, profile="gw-too-long", port=PORT),
             *project.stack.deployments[1:]]}))
-    running = load(failing)
-    time.sleep(3)
-    results = roll(failing)
-    time.sleep(3)
-    seen = summary(running.stop())
+    results, seen = roll_under_load(failing)
     [dep] = results[0].deployments
     assert dep.status == "rolled_back", dep.to_json()
     assert dep.restore is not None and dep.restore.ok
