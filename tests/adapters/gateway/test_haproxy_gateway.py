@@ -126,3 +126,30 @@ def test_rendered_config_names_every_route_in_a_comment(haproxy: str, tmp_path: 
         with running_gateway(haproxy, project, tmp_path / "gw") as gw:
             text = gw.rendered.files["haproxy.cfg"].decode()
     assert "# r0: qwen36, body over 100 bytes -> dgx-spark-1/nomtp; thinking off" in text
+
+
+def test_the_thinking_rewrite_holds_under_concurrent_requests(haproxy: str,
+                                                             tmp_path: Path) -> None:
+    """The body rewrite runs in HAProxy's threads at once. With one Lua state shared by
+    all threads (``lua-load``) HAProxy 2.6.12 failed some of these ("attempt to index a
+    thread value") and then died of a double free; the script is loaded per thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with engines(2) as (e1, e2):
+        project = loopback_project({SPARK1: e1.port, SPARK2: e2.port}, _gateway({}, [
+            {"model": "qwen36", "thinking": True}]))
+        with running_gateway(haproxy, project, tmp_path / "gw") as gw:
+            def one(index: int) -> bool:
+                try:
+                    status, answer = gw.post("/v1/chat/completions", _chat("qwen36", str(index)),
+                                             timeout=20)
+                except OSError:
+                    return False
+                return status == 200 and answer["body"]["chat_template_kwargs"] == \
+                    {"enable_thinking": True}
+
+            with ThreadPoolExecutor(16) as pool:
+                results = list(pool.map(one, range(2000)))
+        log = gw.log.read_text()
+    assert sum(results) == len(results), log[-2000:]
+    assert "Lua" not in log and "ALERT" not in log, log[-2000:]
