@@ -18,6 +18,7 @@ from servefleet.cli.main import CliContext
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from servefleet.core.project import Project
     from servefleet.core.rules import Finding
 
 STYLES = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -55,6 +56,15 @@ def _print_report(console: Console, stack: str, findings: list[Finding]) -> None
     console.print(summary)
 
 
+def _check_gateway(project: Project) -> None:
+    """The gateway's routes against the stack's deployments (a :class:`ConfigError` that
+    names what the stack serves), when the stack has a gateway."""
+    if project.stack.gateway.enabled:
+        from servefleet.core.gateway.render import render_gateway
+
+        render_gateway(project)
+
+
 @click.command("validate")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object (findings, counts) instead of the report.")
@@ -72,11 +82,13 @@ def validate_command(ctx: CliContext, as_json: bool) -> None:
 
     if not as_json:
         project = load_project(ctx.project_dir, ctx.stack)  # ConfigError: one line each
+        _check_gateway(project)
         findings = validate(project)
         _print_report(Console(highlight=False, soft_wrap=True), ctx.stack, findings)
     else:
         try:
             project = load_project(ctx.project_dir, ctx.stack)
+            _check_gateway(project)
         except ConfigError as error:
             click.echo(json.dumps({"stack": ctx.stack, "ok": False,
                                    "load_errors": error.problems, "findings": []}, indent=2))

@@ -90,3 +90,15 @@ def test_load_errors_one_line_each_and_nothing_written(run: Run, project: Path):
     assert tree(project) == before
     as_json = json.loads(run("validate", "--json").output)
     assert as_json["ok"] is False and len(as_json["load_errors"]) == 2
+
+
+def test_a_gateway_route_the_stack_does_not_serve_is_an_error(run: Run, project: Path):
+    stack = project / "Pulumi.reference.yaml"
+    stack.write_text(stack.read_text() + (
+        "  servefleet:gateway:\n    node: rtx5090\n    routes:\n"
+        "      - {model: qwen36, to: [rtx5090]}\n"))
+    result = run("validate")
+    assert result.exit_code != 0
+    assert "servefleet:gateway.routes[0].to: 'rtx5090' serves no 'qwen36'" in result.output
+    data = json.loads(run("validate", "--json").output)
+    assert data["ok"] is False and "serves no 'qwen36'" in data["load_errors"][0]
