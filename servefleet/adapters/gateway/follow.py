@@ -15,7 +15,12 @@ from servefleet.adapters.gateway.runtime_api import RuntimeApi, api_through, wai
 from servefleet.adapters.rollout.steps import Hook, HookCall, RolloutHooks
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.errors import ServefleetError
-from servefleet.core.gateway.routes import ResolvedRoute, fallback_of, resolve_routes
+from servefleet.core.gateway.routes import (
+    ResolvedRoute,
+    fallback_of,
+    resolve_routes,
+    servers_of,
+)
 from servefleet.core.gateway.state import ServerState
 from servefleet.core.models.gateway import GatewayConfig
 from servefleet.core.project import Project
@@ -42,13 +47,9 @@ class GatewayFollow:
     """One check-and-drain at a time: two engines of a route rolled out in parallel must
     not both see the other serving and both drain."""
 
-    def _servers(self, node: str, deployment: str) -> list[tuple[str, str]]:
-        return [(r.name, b.server) for r in self.routes for b in r.backends
-                if b.node == node and b.deployment == deployment]
-
     def drain(self, node: str, deployment: str, say: Say) -> None:
         """Take the deployment out of rotation and wait for its requests in flight."""
-        mine = self._servers(node, deployment)
+        mine = servers_of(self.routes, node, deployment)
         if not mine:
             return
         with self.turn:
@@ -98,7 +99,7 @@ class GatewayFollow:
     def readmit(self, node: str, deployment: str, say: Say) -> None:
         """Put the deployment back in rotation and wait for the gateway's health check to
         pass (within its ready timeout)."""
-        mine = self._servers(node, deployment)
+        mine = servers_of(self.routes, node, deployment)
         if not mine:
             return
         for backend, server in mine:

@@ -110,7 +110,8 @@ def fallback_of(routes: list[ResolvedRoute], route: ResolvedRoute) -> ResolvedRo
     return next((r for r in later if r.route.model == route.route.model and not r.lane), None)
 
 
-def backends_of(routes: list[ResolvedRoute], node: str, deployment: str) -> list[str]:
-    """The HAProxy backends (route names) a deployment is a server of."""
-    return [r.name for r in routes
-            if any(b.node == node and b.deployment == deployment for b in r.backends)]
+def servers_of(routes: list[ResolvedRoute], node: str,
+               deployment: str) -> list[tuple[str, str]]:
+    """``(route, server)`` of every route a deployment is an engine of, in route order."""
+    return [(r.name, b.server) for r in routes for b in r.backends
+            if b.node == node and b.deployment == deployment]

@@ -8,7 +8,7 @@ import csv
 import io
 from dataclasses import dataclass
 
-from servefleet.core.gateway.routes import ResolvedRoute
+from servefleet.core.gateway.routes import ResolvedRoute, servers_of
 from servefleet.core.health_table import CheckRow, Verdict
 
 ADMIN_MAINT = 0x01 | 0x02 | 0x04 | 0x20 | 0x40
@@ -108,14 +108,14 @@ def rotation_row(node: str, deployment: str, routes: list[ResolvedRoute],
     every route it belongs to, ``warn`` when drained, down or the gateway cannot be read,
     ``fail`` when the running gateway does not know it (deploy the gateway). ``None`` when
     no route sends to it."""
-    mine = [r.name for r in routes
-            if any(b.node == node and b.deployment == deployment for b in r.backends)]
-    if not mine:
+    pairs = servers_of(routes, node, deployment)
+    if not pairs:
         return None
+    mine = [route for route, _ in pairs]
     expected = f"serving in {', '.join(mine)}"
     if servers is None:
         return CheckRow("gateway", expected, f"not read: {problem}", "warn")
-    seen = {s.backend: s for s in servers if s.server == f"{node}.{deployment}"}
+    seen = {s.backend: s for s in servers if (s.backend, s.server) in pairs}
     missing = [name for name in mine if name not in seen]
     if missing:
         return CheckRow("gateway", expected, f"not in the running gateway's {', '.join(missing)} "

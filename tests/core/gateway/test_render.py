@@ -14,7 +14,7 @@ import pytest
 
 from servefleet.core.errors import ConfigError
 from servefleet.core.gateway.render import render_gateway
-from servefleet.core.gateway.routes import backends_of, resolve_routes
+from servefleet.core.gateway.routes import resolve_routes, servers_of
 from servefleet.core.models.gateway import GatewayConfig
 from servefleet.core.project import Project, load_project
 from servefleet.core.watch.config import snake_keys
@@ -44,7 +44,7 @@ def test_a_lane_route_keeps_the_catch_all_and_a_node_names_its_deployments() -> 
     assert [(r.name, [b.server for b in r.backends]) for r in routes] == [
         ("r0", ["dgx-spark-1.nomtp"]), ("r1", ["dgx-spark-2.main", "dgx-spark-1.main"]),
         ("m2", ["rtx5090.main"])]
-    assert backends_of(routes, "dgx-spark-1", "nomtp") == ["r0"]
+    assert servers_of(routes, "dgx-spark-1", "nomtp") == [("r0", "dgx-spark-1.nomtp")]
 
 
 @pytest.mark.parametrize(("gateway", "message"), [
