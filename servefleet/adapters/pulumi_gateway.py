@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic
 
-from servefleet.adapters.gateway.rollout import GatewayResult, current_release, deploy_gateway
+from servefleet.adapters.gateway.rollout import GatewayResult, current_release, roll_out
 from servefleet.adapters.gateway.runtime_api import api_through
 from servefleet.adapters.pulumi_provider import RESOURCE_MODULE
 from servefleet.adapters.ssh import SshTransport
@@ -73,9 +73,8 @@ def apply_gateway(props: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"gateway: the project renders release {rendered.release_id} now, "
                           f"but the program rendered {props.get('releaseId')}: a file "
                           "changed while pulumi ran; run `pulumi up` again")
-    with SshTransport(project.nodes[rendered.node]) as transport:
-        result = deploy_gateway(project, rendered, transport, say=pulumi.log.info)
-    if result.status not in ("deployed", "unchanged"):
+    result = roll_out(project, rendered, say=pulumi.log.info)
+    if not result.ok:
         raise ServefleetError(f"{result.node} gateway {result.release_id}: {result.status}: "
                               f"{result.message}")
     return _outs(props, result)

@@ -118,18 +118,15 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
 def _ensure_gateway(project: Project, out: Any) -> None:
     """Roll the stack's gateway out (nothing happens when it runs its release already);
     a gateway that does not pass its gate stops the deploy before any engine."""
-    from servefleet.adapters.gateway.rollout import deploy_gateway
-    from servefleet.adapters.ssh import SshTransport
+    from servefleet.adapters.gateway.rollout import roll_out
     from servefleet.core.errors import ServefleetError
     from servefleet.core.gateway.render import render_gateway
 
-    rendered = render_gateway(project)
-    with SshTransport(project.nodes[rendered.node]) as transport:
-        result = deploy_gateway(project, rendered, transport)
+    result = roll_out(project, render_gateway(project))
     if out is not None:
         out.print(f"{result.node} gateway {result.release_id}: {result.status}",
                   highlight=False)
-    if result.status not in ("deployed", "unchanged"):
+    if not result.ok:
         raise ServefleetError(f"{result.node} gateway: {result.status}: {result.message}; no "
                               "engine was touched")
 

@@ -27,8 +27,7 @@ def gateway_group() -> None:
 def deploy_command(obj: CliContext, as_json: bool) -> None:
     """Render the gateway from the stack and roll it out on its node, gated; a release
     that fails its gate is replaced by the one before."""
-    from servefleet.adapters.gateway.rollout import deploy_gateway
-    from servefleet.adapters.ssh import SshTransport
+    from servefleet.adapters.gateway.rollout import roll_out
     from servefleet.core.gateway.render import render_gateway
     from servefleet.core.project import load_project
 
@@ -37,8 +36,7 @@ def deploy_command(obj: CliContext, as_json: bool) -> None:
     out = console()
     say = (lambda line: None) if as_json else (
         lambda line: out.print(f"{rendered.node} gateway: {line}", highlight=False))
-    with SshTransport(project.nodes[rendered.node]) as transport:
-        result = deploy_gateway(project, rendered, transport, say=say)
+    result = roll_out(project, rendered, say=say)
     if as_json:
         click.echo(json.dumps({"node": result.node, "release": result.release_id,
                                "status": result.status, "message": result.message,
@@ -46,7 +44,7 @@ def deploy_command(obj: CliContext, as_json: bool) -> None:
     else:
         out.print(f"{result.node} gateway {result.release_id}: {result.status}: "
                   f"{result.message}", highlight=False)
-    if result.status not in ("deployed", "unchanged"):
+    if not result.ok:
         sys.exit(1)
 
 

@@ -43,6 +43,11 @@ class GatewayResult:
     message: str
     servers: tuple[ServerState, ...] = ()
 
+    @property
+    def ok(self) -> bool:
+        """The gateway serves this release (newly deployed, or already)."""
+        return self.status in ("deployed", "unchanged")
+
 
 def current_release(transport: SshTransport) -> str | None:
     """The gateway release ``current`` names on the node, if any."""
@@ -129,6 +134,13 @@ def deploy_gateway(project: Project, rendered: RenderedGateway, transport: SshTr
         say(f"gateway serves on port {project.stack.gateway.port}")
         return GatewayResult(node.name, rendered.release_id, "deployed",
                              f"release {rendered.release_id} passed its gate", tuple(servers))
+
+
+def roll_out(project: Project, rendered: RenderedGateway, *,
+             say: Say = lambda line: None) -> GatewayResult:
+    """:func:`deploy_gateway` over a connection of its own to the gateway's node."""
+    with SshTransport(project.nodes[rendered.node]) as transport:
+        return deploy_gateway(project, rendered, transport, say=say)
 
 
 def _roll_back(transport: SshTransport, rendered: RenderedGateway, before: str | None,
