@@ -47,7 +47,11 @@ def new_lock_id() -> str:
 
 
 def lock_owner(operation: str, now: datetime, lock_id: str | None = None) -> str:
-    """The owner line: ``user@host pid=N since=<UTC time> op=<operation> id=<lock id>``."""
+    """The owner line: ``user@host pid=N since=<UTC time> op=<operation> id=<lock id>``.
+    ``operation`` is one word: the line is read back field by field, and a lock whose id
+    cannot be read is never taken over when its holder dies."""
+    if not operation or any(c.isspace() for c in operation):
+        raise ValueError(f"lock operation {operation!r} must be one word")
     return f"{whoami()} pid={os.getpid()} since={now.strftime('%Y-%m-%dT%H:%M:%SZ')} " \
            f"op={operation} id={lock_id or new_lock_id()}"
 

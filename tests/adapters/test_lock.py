@@ -98,3 +98,15 @@ def test_a_reused_pid_started_after_the_lock_counts_as_gone() -> None:
     finally:
         live.kill()
         live.wait()
+
+
+def test_an_operation_of_two_words_is_refused_so_a_dead_holder_s_lock_can_be_taken_over() -> None:
+    from datetime import UTC, datetime
+
+    from servefleet.adapters.lock import lock_owner
+    from servefleet.core.lockinfo import parse_lock
+
+    with pytest.raises(ValueError, match="one word"):
+        lock_owner("gateway deploy", datetime.now(UTC))
+    info = parse_lock(lock_owner("gateway-deploy", datetime.now(UTC), "8f7d6a0e0ad6"))
+    assert info is not None and info.lock_id == "8f7d6a0e0ad6"

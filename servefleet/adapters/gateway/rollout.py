@@ -108,7 +108,7 @@ def deploy_gateway(project: Project, rendered: RenderedGateway, transport: SshTr
     node = transport.node
     files = {name: (content, 0o644) for name, content in rendered.files.items()}
     api = api_through(transport, project.stack.gateway.admin_port)
-    with NodeLock(transport, "gateway deploy", datetime.now(UTC)):
+    with NodeLock(transport, "gateway-deploy", datetime.now(UTC)):
         before = current_release(transport)
         if before == rendered.release_id:
             with contextlib.suppress(ServefleetError):
