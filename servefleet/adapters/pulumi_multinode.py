@@ -79,6 +79,15 @@ from servefleet.core.errors import (
 from servefleet.core.models import MultiNodeDeployment, Node, StackConfig
 from servefleet.core.plan import flags_from_argv
 from servefleet.core.project import Project, load_project
+from servefleet.core.release_diff import (
+    CurrentDiff,
+    EngineDiff,
+    FilesDiff,
+    Seen,
+    Wanted,
+    find,
+    release_diff,
+)
 from servefleet.core.secrets import SecretMask
 
 if TYPE_CHECKING:
@@ -304,14 +313,20 @@ def drift_reasons(props: Mapping[str, Any]) -> list[str]:
         rank = _int(seen.get("rank"))  # Pulumi hands numbers over as floats
         where = " ".join(str(p) for p in ("rank", "?" if rank is None else rank,
                                           seen.get("role"), node) if p)
-        current = seen.get("currentRelease")
-        if current != want:
-            reasons.append(f"drift: {where}: current release is {current or 'none'}, "
-                           f"not {want}")
-        elif seen.get("filesDigest") not in (None, digests.get(node)):
-            reasons.append(f"drift: {where}: release files differ on the node")
         health = seen.get("health")
-        if health != HEALTHY:
+        # The state keeps one digest of each rank's files, and the rank's health verdict
+        # (which already says when its engine runs another release than its current one).
+        diffs = release_diff(Wanted(want, files_digest=digests.get(node)),
+                             Seen(current_release=seen.get("currentRelease"),
+                                  files_digest=seen.get("filesDigest"),
+                                  serving=health == HEALTHY))
+        current = find(diffs, CurrentDiff)
+        if current is not None:
+            reasons.append(f"drift: {where}: current release is {current.have or 'none'}, "
+                           f"not {want}")
+        elif find(diffs, FilesDiff) is not None:
+            reasons.append(f"drift: {where}: release files differ on the node")
+        if find(diffs, EngineDiff) is not None:
             reasons.append(f"drift: {where}: {health or 'unknown'}")
     return reasons
 

@@ -55,6 +55,16 @@ from servefleet.core.errors import (
 )
 from servefleet.core.models import Deployment, StackConfig
 from servefleet.core.project import Project, load_project
+from servefleet.core.release_diff import (
+    CurrentDiff,
+    EngineDiff,
+    FilesDiff,
+    RunningDiff,
+    Seen,
+    Wanted,
+    find,
+    release_diff,
+)
 from servefleet.core.render import FlagDiff, diff_flags
 from servefleet.core.secrets import SecretMask
 
@@ -198,24 +208,26 @@ def drift_reasons(deployed: Mapping[str, Any], observed: Mapping[str, Any] | Non
     last applied; ``observed``: what ``read``/``create`` found on the node)."""
     if observed is None:
         return []
-    reasons: list[str] = []
     want = deployed.get("releaseId")
-    current = observed.get("currentRelease")
-    running = observed.get("runningRelease")
-    if current != want:
-        reasons.append(f"drift: the node's current release is {current or 'none'}, "
-                       f"not {want}")
-    elif running not in (None, want):
-        reasons.append(f"drift: the engine runs release {running}, not {want}")
-    else:
-        want_files = _mapping(deployed.get("fileHashes"))
-        have_files = _mapping(observed.get("fileHashes"))
-        if want_files and have_files != want_files:
-            changed = sorted(p for p in {*want_files, *have_files}
-                             if want_files.get(p) != have_files.get(p))
-            reasons.append("drift: release files differ on the node: " + ", ".join(changed))
     health = observed.get("health")
-    if health != HEALTHY:
+    diffs = release_diff(
+        # A state written before file hashes were inputs has none: nothing to compare.
+        Wanted(want, file_hashes=_mapping(deployed.get("fileHashes")) or None),
+        Seen(current_release=observed.get("currentRelease"),
+             running_release=observed.get("runningRelease"),
+             file_hashes=_mapping(observed.get("fileHashes")), serving=health == HEALTHY))
+    reasons: list[str] = []
+    # One reason for the release: the first of these says what the others follow from.
+    release = next((d for d in diffs if isinstance(d, CurrentDiff | RunningDiff | FilesDiff)),
+                   None)
+    if isinstance(release, CurrentDiff):
+        reasons.append(f"drift: the node's current release is {release.have or 'none'}, "
+                       f"not {want}")
+    elif isinstance(release, RunningDiff):
+        reasons.append(f"drift: the engine runs release {release.have}, not {want}")
+    elif isinstance(release, FilesDiff):
+        reasons.append("drift: release files differ on the node: " + ", ".join(release.paths))
+    if find(diffs, EngineDiff) is not None:
         reasons.append(f"drift: engine is not healthy ({health or 'unknown'})")
     return reasons
 

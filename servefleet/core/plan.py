@@ -37,6 +37,17 @@ from typing import Any, Literal
 from servefleet.core.envdigest import keyed_value_digests
 from servefleet.core.lockinfo import LockInfo
 from servefleet.core.observed import ObservedContainer, ObservedDeployment
+from servefleet.core.release_diff import (
+    CurrentDiff,
+    Difference,
+    EngineDiff,
+    FilesDiff,
+    RunningDiff,
+    Seen,
+    Wanted,
+    find,
+    release_diff,
+)
 from servefleet.core.render import FlagDiff, RenderedRelease, diff_flags
 from servefleet.core.render.engine_args import MODEL_FLAG
 from servefleet.core.render.layout import ENV_FILE
@@ -198,30 +209,36 @@ def _manifest_hashes(manifest: dict[str, Any]) -> dict[str, str]:
             for path, entry in files.items()}
 
 
-def edited_files(desired: RenderedRelease, observed: ObservedDeployment) -> tuple[str, ...]:
-    """Files of the current release folder whose sha256 differs from the rendered release's
-    (added or missing ones too); empty when the node's hashes were not read."""
-    have = observed.file_hashes
-    if have is None:
-        return ()
-    want = desired.file_hashes
-    return tuple(sorted(path for path in {*have, *want} if have.get(path) != want.get(path)))
-
-
-def _engine_problem(desired: RenderedRelease, observed: ObservedDeployment) -> str | None:
-    """Why the current release's engine is not serving, or None when it runs."""
+def _serving_problem(observed: ObservedDeployment) -> str | None:
+    """Why the deployment's engine does not serve, or None when it does (which release it
+    runs is the comparer's :class:`RunningDiff`)."""
     if observed.docker_error:
         return f"engine state unknown (docker: {observed.docker_error})"
     if not observed.running:
         return f"engine not running ({observed.engine_state()})"
-    running = observed.running_release
-    if running is not None and running != observed.current_release:
-        return f"engine runs release {running}, not the current {observed.current_release}"
     if any(c.running and c.health == "unhealthy" for c in observed.containers):
         return "engine is unhealthy (Docker healthcheck)"
     if observed.ungated:
         return ungated_reason(observed)
     return None
+
+
+def _seen(observed: ObservedDeployment | None, serving_problem: str | None) -> Seen:
+    if observed is None:
+        return Seen(present=False)
+    return Seen(current_release=observed.current_release,
+                # Docker could not be asked: which release runs is not known, and the
+                # engine's state is the problem to report.
+                running_release=None if observed.docker_error else observed.running_release,
+                file_hashes=observed.file_hashes, serving=serving_problem is None)
+
+
+def _engine_problem(diffs: tuple[Difference, ...], serving_problem: str | None) -> str | None:
+    """Why the current release's engine does not serve it, or None when it does."""
+    running = find(diffs, RunningDiff)
+    if running is not None:
+        return f"engine runs release {running.have}, not the current {running.want}"
+    return serving_problem if find(diffs, EngineDiff) else None
 
 
 def ungated_reason(observed: ObservedDeployment) -> str:
@@ -301,10 +318,14 @@ def plan(desired: RenderedRelease, observed: ObservedDeployment | None, *,
                         weights_source=desired.weights.hub_source if desired.weights
                         else None, **details)
 
-    if observed is not None and observed.current_release is None \
-            and observed.adopt_candidate is not None and observed.adopt_candidate.running:
-        return _adopt_item(desired, observed, observed.adopt_candidate, item)
-    if observed is None or observed.current_release is None:
+    serving = _serving_problem(observed) if observed is not None else None
+    diffs = release_diff(Wanted(desired.release_id, desired.file_hashes),
+                         _seen(observed, serving))
+    current = find(diffs, CurrentDiff)
+    if observed is None or (current is not None and current.have is None):
+        if observed is not None and observed.adopt_candidate is not None \
+                and observed.adopt_candidate.running:
+            return _adopt_item(desired, observed, observed.adopt_candidate, item)
         present = observed is not None and desired.release_id in observed.releases
         state = observed.engine_state() if observed is not None else "no container"
         reason = "new deployment" if observed is None else "no current release on the node"
@@ -317,9 +338,10 @@ def plan(desired: RenderedRelease, observed: ObservedDeployment | None, *,
     previous_profile = manifest.get("profile") if isinstance(manifest.get("profile"),
                                                                str) else None
     state = observed.engine_state()
-    problem = _engine_problem(desired, observed)
-    if observed.current_release == desired.release_id:
-        edited = edited_files(desired, observed)
+    problem = _engine_problem(diffs, serving)
+    if current is None:
+        files = find(diffs, FilesDiff)
+        edited = files.paths if files is not None else ()
         if edited:
             # A deploy never rewrites a release folder in place: the edited one is moved
             # aside and the release uploaded again, so the node runs what git says.

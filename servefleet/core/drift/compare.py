@@ -14,6 +14,16 @@ from servefleet.core.drift.observation import BootSummary, NodeObservation, Obse
 from servefleet.core.gpu import compare_with_inventory
 from servefleet.core.models.profile import version_tuple
 from servefleet.core.observed import MANIFEST_FILE
+from servefleet.core.release_diff import (
+    Absent,
+    CurrentDiff,
+    Difference,
+    FilesDiff,
+    Seen,
+    Wanted,
+    find,
+    release_diff,
+)
 
 
 def engine_version_matches(expected: str, observed: str) -> bool:
@@ -49,24 +59,25 @@ def _compare_gpu(desired: DesiredNode, observed: NodeObservation, items: ItemCol
 
 
 def _compare_release(want: DesiredDeployment, have: ObservedDeploymentState,
-                     items: ItemCollector) -> None:
-    if not have.present:
+                     diffs: tuple[Difference, ...], items: ItemCollector) -> None:
+    if find(diffs, Absent) is not None:
         items.add(DriftKind.RELEASE, want.release_id, None,
                   "not deployed: the deployment's folder does not exist on the node; deploy it")
         return
-    if have.current_release is None:
+    current = find(diffs, CurrentDiff)
+    if current is not None and current.have is None:
         items.add(DriftKind.RELEASE, want.release_id, None,
                   "no current release (the 'current' link is missing); deploy again")
-        return
-    if want.release_id is not None:
-        if have.current_release != want.release_id:
-            profile = (have.manifest or {}).get("profile")
-            was = f" (profile {profile})" if isinstance(profile, str) else ""
-            items.add(DriftKind.RELEASE, want.release_id, have.current_release,
-                      f"runs release {have.current_release}{was}, git renders "
-                      f"{want.release_id} (profile {want.profile}); deploy to converge, or "
-                      "roll back in git")
-    else:
+    elif current is not None:
+        profile = (have.manifest or {}).get("profile")
+        was = f" (profile {profile})" if isinstance(profile, str) else ""
+        items.add(DriftKind.RELEASE, want.release_id, current.have,
+                  f"runs release {current.have}{was}, git renders "
+                  f"{want.release_id} (profile {want.profile}); deploy to converge, or "
+                  "roll back in git")
+    elif want.release_id is None:
+        # No release id to compare (a secret value is not available here): the profile
+        # the current release was rendered from is the next best thing.
         identity = (have.manifest or {}).get("profile_identity")
         if identity != want.profile_identity:
             items.add(DriftKind.RELEASE, short_digest("sha256:" + want.profile_identity),
@@ -109,25 +120,24 @@ def _manifest_hashes(manifest: Mapping[str, Any] | None) -> dict[str, str] | Non
 
 
 def _compare_files(want: DesiredDeployment, have: ObservedDeploymentState,
+                   recorded: dict[str, str] | None, diffs: tuple[Difference, ...],
                    items: ItemCollector) -> None:
     if not have.present or have.current_release is None:
         return
-    # The files must match what they were deployed with: git's render when the release is
-    # the one git renders, else the release's own manifest (a hand edit is drift either way).
-    if want.release_id is not None and have.current_release == want.release_id:
-        expected, source = want.file_hashes, "git"
-    else:
-        recorded = _manifest_hashes(have.manifest)
-        if recorded is None:
-            items.add(DriftKind.ERROR, None, None,
-                      f"release {have.current_release} has no readable {MANIFEST_FILE}; its "
-                      "files could not be checked", MANIFEST_FILE)
-            return
-        expected, source = recorded, MANIFEST_FILE
-    for path in sorted(set(expected) | set(have.file_hashes)):
+    if have.current_release != want.release_id and recorded is None:
+        # Not git's release, and no record of what it was deployed with: the comparer had
+        # nothing to check its files against.
+        items.add(DriftKind.ERROR, None, None,
+                  f"release {have.current_release} has no readable {MANIFEST_FILE}; its "
+                  "files could not be checked", MANIFEST_FILE)
+        return
+    files = find(diffs, FilesDiff)
+    if files is None:
+        return
+    expected, source = ((want.file_hashes, "git") if files.against == "wanted"
+                        else (recorded or {}, MANIFEST_FILE))
+    for path in files.paths:
         want_hash, have_hash = expected.get(path), have.file_hashes.get(path)
-        if want_hash == have_hash:
-            continue
         if have_hash is None:
             message = f"{path} is missing from release {have.current_release}"
         elif want_hash is None:
@@ -187,8 +197,13 @@ def _compare_deployment(want: DesiredDeployment, have: ObservedDeploymentState |
     if have is None:
         items.add(DriftKind.ERROR, None, None, "the node's answer left this deployment out")
         return items.found
-    _compare_release(want, have, items)
-    _compare_files(want, have, items)
+    recorded = _manifest_hashes(have.manifest)
+    diffs = release_diff(
+        Wanted(want.release_id, want.file_hashes),
+        Seen(present=have.present, current_release=have.current_release,
+             file_hashes=have.file_hashes, recorded_hashes=recorded))
+    _compare_release(want, have, diffs, items)
+    _compare_files(want, have, recorded, diffs, items)
     _compare_weights(have, items)
     if have.docker_error is not None:
         items.add(DriftKind.ERROR, None, None,
