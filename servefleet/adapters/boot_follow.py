@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from servefleet.adapters import compose_commands
+from servefleet.adapters.observe import observe_node
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bootlog import BootFacts, BootLogParser, reader_for
 from servefleet.core.errors import (
@@ -29,7 +30,7 @@ from servefleet.core.errors import (
     RemoteError,
     UnreachableNode,
 )
-from servefleet.core.observed import ObservedContainer, parse_container
+from servefleet.core.observed import ObservedContainer
 
 FAILURE_GRACE_SECONDS = 3.0
 """After the first fatal line, keep reading this long for the rest of the traceback."""
@@ -68,15 +69,8 @@ class BootResult:
 
 def container_state(transport: SshTransport, deployment: str) -> ObservedContainer | None:
     """The deployment's newest container (running first), or ``None`` when it has none."""
-    done = transport.run(compose_commands.container_state(deployment),
-                         timeout=STATE_TIMEOUT_SECONDS, idempotent=True,
-                         what="read the engine container's state")
-    try:
-        containers = [parse_container(line) for line in done.text().splitlines()
-                      if line.strip()]
-    except ValueError as error:
-        raise RemoteError(transport.node.name, "read the engine container's state: "
-                          f"unreadable answer ({error})") from None
+    observed = observe_node(transport, [deployment]).deployments.get(deployment)
+    containers = list(observed.containers) if observed is not None else []
     running = [c for c in containers if c.running]
     if running or not containers:
         return running[0] if running else None

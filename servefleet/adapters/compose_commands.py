@@ -13,7 +13,6 @@ from servefleet.adapters.remote import (
     ADOPTED,
     ADOPTED_SUFFIX,
     COMPOSE_PROJECT_LABEL,
-    INSPECT_TEMPLATE,
     _sh,
     adopted_name,
     compose_project,
@@ -143,14 +142,6 @@ def logs(deployment: str, *, follow: bool = False, since: str | None = None,
     if tail is not None:
         args += ["--tail", str(tail)]
     return _sh(LOGS_SCRIPT, compose_project(deployment), *args)
-
-
-def container_state(deployment: str) -> list[str]:
-    """The deployment's containers, one :data:`INSPECT_TEMPLATE` line each."""
-    return _sh(
-        'ids=$(' + deployment_ids('$1') + ') || exit 1; '
-        '[ -z "$ids" ] || docker inspect --format "$2" $ids',
-        compose_project(deployment), INSPECT_TEMPLATE)
 
 
 ADOPT_CHECK_SCRIPT = (

@@ -130,14 +130,15 @@ class NodeLock:
         self.holder_gone = False
         """The replaced lock's holder was a process of this machine that is gone."""
 
-    def acquire(self, *then: list[str]) -> str:
-        """Take the lock and run ``then`` commands in the same round trip; return their
-        stdout. Raises :class:`LockHeld` naming the holder and the lock id."""
+    def acquire(self, *then: list[str], stdin: bytes | None = None) -> str:
+        """Take the lock and run ``then`` commands in the same round trip (``stdin`` goes to
+        them: the lock command reads none); return their stdout. Raises :class:`LockHeld`
+        naming the holder and the lock id."""
         node = self.transport.node
         command = remote.acquire_lock(node.base_dir, self.owner, unlock_id=self.unlock_id)
         if then:
             command = remote.sequence(command, *then)
-        result = self.transport.run(command, check=False, idempotent=False,
+        result = self.transport.run(command, stdin=stdin, check=False, idempotent=False,
                                     what="take the node lock")
         text = result.text()
         if result.exit_status == remote.LOCK_HELD_EXIT:
@@ -147,7 +148,7 @@ class NodeLock:
                 # A controller of this machine died holding it: take it over, by its id
                 # (a lock taken meanwhile by anyone else has another id and stays).
                 self.unlock_id = info.lock_id
-                taken = self.acquire(*then)
+                taken = self.acquire(*then, stdin=stdin)
                 self.taken_over, self.holder_gone = info, True
                 return taken
             raise LockHeld(held_message(node.name, node.base_dir, info, text))

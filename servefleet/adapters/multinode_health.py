@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from servefleet.adapters import remote
 from servefleet.adapters.multinode import (
     NCCL_VIA_IB,
     NCCL_VIA_SOCKET,
@@ -30,10 +29,10 @@ from servefleet.adapters.node_health import (
     _pick_container,
     split_runs,
 )
-from servefleet.core.errors import RemoteError, ServefleetError
+from servefleet.adapters.observe import observe_node
+from servefleet.core.errors import ServefleetError
 from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow, rows_pass
 from servefleet.core.models import MultiNodeDeployment, Node
-from servefleet.core.observed import parse_observation
 from servefleet.core.project import Project
 from servefleet.core.secrets import SecretMask
 
@@ -45,12 +44,7 @@ def _text(line: bytes) -> str:
 def worker_rows(project: Project, node: Node, dep: MultiNodeDeployment, release: str | None,
                 check: DeploymentCheck) -> list[CheckRow]:
     """A worker rank's rows: container, join line, NCCL transport (``ncclDebug``)."""
-    text = check.transport.run(remote.observe(node.base_dir, [dep.name]), idempotent=True,
-                               what="observe the node").text()
-    try:
-        observed = parse_observation(text).deployments.get(dep.name)
-    except ValueError as error:
-        raise RemoteError(node.name, f"observe: {error}") from None
+    observed = observe_node(check.transport, [dep.name]).deployments.get(dep.name)
     container = _pick_container(observed) if observed is not None else None
     if container is None or not container.running:
         state = observed.engine_state() if observed is not None else "nothing deployed here"

@@ -72,7 +72,6 @@ from servefleet.adapters.pulumi_provider import RESOURCE_MODULE
 from servefleet.core.errors import (
     ConfigError,
     HealthGateFailed,
-    RemoteError,
     ServefleetError,
     UnreachableNode,
 )
@@ -257,10 +256,9 @@ def observe_ranks(nodes: Mapping[str, Node], name: str, ranks: Sequence[str],
     """Read every rank (one connection each, read-only) and return the output properties.
     Raises :class:`UnreachableNode` naming the rank that could not be read: an engine whose
     peer is unknown is not known to serve."""
-    from servefleet.adapters import remote
     from servefleet.adapters.multinode import _factory
     from servefleet.adapters.multinode_result import rank_role
-    from servefleet.core.observed import parse_observation
+    from servefleet.adapters.observe import observe_node
 
     factory = _factory(transport_factory)
     observed: dict[str, dict[str, Any]] = {}
@@ -269,12 +267,7 @@ def observe_ranks(nodes: Mapping[str, Node], name: str, ranks: Sequence[str],
         node = nodes[node_name]
         try:
             with factory(node, SecretMask()) as transport:
-                text = transport.run(remote.observe(node.base_dir, [name]), idempotent=True,
-                                     what="observe the node").text()
-                try:
-                    seen = parse_observation(text).deployments.get(name)
-                except ValueError as error:
-                    raise RemoteError(node_name, f"observe: {error}") from None
+                seen = observe_node(transport, [name]).deployments.get(name)
                 if index == 0:
                     gate = _head_gate(transport, name, seen.current_release if seen else None)
         except ServefleetError as error:

@@ -15,7 +15,7 @@ In a preview (``pulumi preview``, and the preview ``pulumi up`` shows before ask
 program also says, per changed vLLM deployment, what the change does in engine terms: the
 line ``servefleet plan`` prints (predicted KV pool and its change, CUDA-graph mode,
 concurrency; calibrated on the node's KV baselines when it has some). It needs what runs
-on the node now, so it reads each node once, read-only, with the observe command ``plan``
+on the node now, so it reads each node once, read-only, with the node read ``plan``
 uses. A dynamic provider's ``diff`` cannot show it: Python dynamic providers return no
 detailed diff (pulumi/pulumi#3080) and their logs do not reach the CLI (#18249), whereas a
 program's ``pulumi.log.info(message, resource)`` is shown under the resource. Stack config

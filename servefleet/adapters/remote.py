@@ -37,12 +37,9 @@ been checked.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
-from importlib import resources
+from collections.abc import Sequence
 
-from servefleet.core.baselines import BASELINE_FILE
-from servefleet.core.observed import END, MANIFEST_FILE, OBSERVE_HEADER, RELEASES_HEADER
-from servefleet.core.render.layout import ENV_FILE
+from servefleet.core.observed import END, MANIFEST_FILE, RELEASES_HEADER
 
 LOCK_DIR = ".servefleet-lock"
 """The node lock: a folder under the base directory (``mkdir`` is atomic)."""
@@ -73,19 +70,6 @@ ADOPTED_SUFFIX = "-adopted"
 """An adopted container is renamed ``servefleet-<deployment>-adopted``: its labels cannot
 change while it runs, its name can, so every command finds it by name beside the compose
 project's containers found by label."""
-
-# One JSON object per container; only the fields servefleet reads, so that nothing else
-# (the environment holds secrets) ever leaves the node. `index` rather than a field path:
-# a container without a healthcheck has no State.Health, and a path to it is an error.
-INSPECT_TEMPLATE = (
-    '{"name":{{json .Name}},"status":{{json .State.Status}},'
-    '"exit_code":{{json .State.ExitCode}},"oom_killed":{{json .State.OOMKilled}},'
-    '"restart_count":{{json .RestartCount}},"started_at":{{json .State.StartedAt}},'
-    '"image":{{json .Config.Image}},"labels":{{json .Config.Labels}},'
-    '"id":{{json .Id}},"command":{{json .Config.Cmd}},'
-    '"health":{{if index .State "Health"}}{{json .State.Health.Status}}{{else}}null{{end}}}'
-)
-
 
 def deployment_dir(base_dir: str, deployment: str) -> str:
     """``<base>/<deployment>``."""
@@ -126,111 +110,7 @@ def sequence(*commands: Sequence[str]) -> list[str]:
     return _sh(" && ".join(shlex.join(c) for c in commands))
 
 
-# -- reading facts ---------------------------------------------------------------------------
-# The sha256 of every file of the current release (``./<path>``), so that a plan sees a file
-# edited on the node. The env file is hashed in its published form (names only), by the one
-# hasher servefleet.core.envdigest, whose source runs on the node (``$hasher``, a positional
-# parameter), so no secret value is hashed, compared or leaves the node, and the hash equals
-# the manifest's.
-_FILES_BODY = (
-    "printf '@@files\\n'; "
-    'if [ -d "$dir/current/" ]; then ( cd "$dir/current/" || exit 0; '
-    "find . -type f ! -path './" + MANIFEST_FILE + "' ! -path './" + ENV_FILE + "' "
-    "-exec sha256sum {} + 2>/dev/null; "
-    '[ -f ' + ENV_FILE + ' ] && [ -r ' + ENV_FILE + ' ] || exit 0; '
-    'h=$(python3 -S -c "$hasher" < ' + ENV_FILE + ' 2>/dev/null) || h=unhashable; '
-    "printf '%s  ./%s\\n' \"$h\" " + ENV_FILE + "; ); fi; "
-)
-
-
-def env_hasher_program() -> str:
-    """The Python program the node runs on its ``engine.env``: the one env-file hasher
-    (:mod:`servefleet.core.envdigest`), then the sha256 of the published form, printed."""
-    source = resources.files("servefleet.core").joinpath("envdigest.py").read_text("utf-8")
-    return (source + "\nimport hashlib, sys\n"
-            "print(hashlib.sha256(hashed_env_text(sys.stdin.buffer.read())).hexdigest())\n")
-
-
-def keyed_env_program() -> str:
-    """The Python program the node runs on its ``engine.env`` to tell which secret values
-    it holds without revealing them: ``NAME <HMAC-SHA256>`` per variable, under the key in
-    ``$SERVEFLEET_OBSERVE_KEY`` (:func:`servefleet.core.envdigest.keyed_value_digests`).
-    The key travels in the environment, which other users of the node cannot read, not on
-    the command line, which they can."""
-    source = resources.files("servefleet.core").joinpath("envdigest.py").read_text("utf-8")
-    return (source + "\nimport os, sys\n"
-            "key = os.environ['SERVEFLEET_OBSERVE_KEY'].encode()\n"
-            "for name, digest in keyed_value_digests(sys.stdin.buffer.read(), key):\n"
-            "    print(name, digest)\n")
-
-
-# Only with a key: the controller that sends one compares the answer with its own render
-# and forgets both; the answer is never written down.
-_SECRETS_BODY = (
-    'if [ -n "$key" ] && [ -r "$dir/current/' + ENV_FILE + '" ]; then '
-    "printf '@@secret-digests\\n'; "
-    'SERVEFLEET_OBSERVE_KEY=$key python3 -S -c "$keyed" < "$dir/current/' + ENV_FILE + '" '
-    "2>/dev/null || printf 'unreadable\\n'; fi; "
-)
-
-
-# A container the stack says to adopt (``<deployment>/<container>`` arguments), read while
-# the deployment has no current release: the plan compares it with the rendered engine.
-_CANDIDATE_BODY = (
-    '[ -z "$a" ] || [ -e "$dir/' + CURRENT + '" ] || '
-    '{ c=$(docker inspect --format "$fmt" "$a" 2>/dev/null) && '
-    "printf '@@candidate\\n%s\\n' \"$c\"; }; "
-)
-
-_OBSERVE_BODY = (
-    'for arg in "$@"; do '
-    'd=${arg%%/*}; a=; case $arg in */*) a=${arg#*/};; esac; '
-    'dir=$base/$d; '
-    "printf '@@deployment %s\\n' \"$d\"; "
-    "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; " + _CANDIDATE_BODY + "continue; fi; "
-    "printf '@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
-    "printf '@@releases\\n'; ls -1 \"$dir/releases\" 2>/dev/null; "
-    "printf '@@previous\\n'; readlink \"$dir/" + PREVIOUS + "\" 2>/dev/null; "
-    "printf '@@last-good\\n'; readlink \"$dir/" + LAST_GOOD + "\" 2>/dev/null; "
-    "printf '@@gated\\n'; cat \"$dir/" + GATED + "\" 2>/dev/null; "
-    "printf '@@adopted\\n'; cat \"$dir/" + ADOPTED + "\" 2>/dev/null; "
-    "printf '@@manifest\\n'; cat \"$dir/current/" + MANIFEST_FILE + "\" 2>/dev/null; echo; "
-    + _FILES_BODY + _SECRETS_BODY + _CANDIDATE_BODY +
-    "p=" + PROJECT_PREFIX + "$d; "
-    "if ids=$(" + deployment_ids('$p') + " 2>&1); then "
-    "printf '@@containers\\n'; "
-    "[ -z \"$ids\" ] || docker inspect --format \"$fmt\" $ids 2>&1; "
-    "else printf '@@docker-error\\n%s\\n' \"$ids\"; fi; "
-    "done; "
-    "printf '" + END + "\\n'"
-)
-OBSERVE_SCRIPT = (
-    'base=$1; fmt=$2; hasher=$3; keyed=$4; key=$5; shift 5; '
-    "printf '" + OBSERVE_HEADER + "\\n@@lock\\n'; "
-    'cat "$base/' + LOCK_DIR + '/owner" "$base/' + LOCK_DIR + '/' + LOCK_STATE_FILE
-    + '" 2>/dev/null; '
-    # The node's KV baselines: the planner calibrates its prediction on them.
-    "printf '@@baselines\\n'; cat \"$base/" + BASELINE_FILE + "\" 2>/dev/null; echo; "
-    + _OBSERVE_BODY
-)
-
-
-def observe(base_dir: str, deployments: Sequence[str], *, key: str = "",
-            candidates: Mapping[str, str] | None = None) -> list[str]:
-    """Read-only: the lock owner, the node's KV baselines, then per deployment ``current``,
-    the release folders, the current manifest, the sha256 of the current release's files
-    and the compose project's containers (state, exit code, restart count, the release
-    folder each was started from); with ``key`` (random, one per call) also the keyed
-    digests of the secret values in the current ``engine.env`` (see
-    :func:`keyed_env_program`). ``candidates``: deployment → a container to adopt (the
-    stack's ``adopt``), inspected while the deployment has no current release. Parsed by
-    :func:`servefleet.core.observed.parse_observation`."""
-    adopt = candidates or {}
-    args = [f"{d}/{adopt[d]}" if adopt.get(d) else d for d in deployments]
-    return _sh(OBSERVE_SCRIPT, base_dir, INSPECT_TEMPLATE, env_hasher_program(),
-               keyed_env_program(), key, *args)
-
-
+# -- reading facts (the node itself is read by servefleet.adapters.observe) ---------------
 RELEASES_SCRIPT = (
     'dir=$1; '
     "printf '" + RELEASES_HEADER + "\\n@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "

@@ -11,7 +11,7 @@ The lock folder ``<base_dir>/.servefleet-lock`` holds two files, both plain text
     phase=boot deployment=main release=ab12cd34 at=2026-11-24T15:01:10Z
 
 and, when the rollout gave up on a second signal or could not restore, ``abandoned=<why>``
-appended to that line. The observe command prints both files in its ``@@lock`` section, so
+appended to that line. The node reader sends both files as its answer's ``lock``, so
 a plan sees a rollout that died (or is still running) and in which phase. Modelled on
 Terraform's ``force-unlock LOCK_ID``: the id is what an operator types to remove exactly
 this lock and no other.
@@ -48,7 +48,7 @@ ENGINE_PHASES = frozenset({"up", "boot", "health", "restore"})
 
 @dataclass(frozen=True)
 class LockInfo:
-    """A node lock as the observe command printed it."""
+    """A node lock as the node reader reported it."""
 
     owner: str
     """The owner line as written (``user@host pid=N since=T op=OP id=ID``)."""

@@ -143,8 +143,8 @@ class PlanItem:
     adapter that asked the nodes says which; else the hub)."""
     """The container started by hand that the deploy adopts (``adopt``) or stops in
     favour of the release (``create``)."""
-    node_baselines: str | None = field(default=None, repr=False, compare=False)
-    """The node's KV baselines file as observed (for the planner's calibration)."""
+    node_baselines: Any = field(default=None, repr=False, compare=False)
+    """The node's KV baselines file as observed, as JSON (for the planner's calibration)."""
 
     @property
     def changes(self) -> bool:

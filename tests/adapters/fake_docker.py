@@ -3,9 +3,10 @@
 servefleet's remote scripts call, with its state in a JSON file (``$FAKE_DOCKER_STATE``).
 
 It answers as Docker does where servefleet reads the answer: ``ps`` filtered by the compose
-project label, ``inspect`` with a ``--format`` template (the observe template, or
-``{{.State.StartedAt}}``), ``stop``, ``rm -f``, ``image inspect``, ``pull``, ``logs`` (``--since``,
-``--timestamps``), and ``compose -p P --project-directory DIR -f F… (config --images |
+project label or a name (with ``--format``), ``inspect`` (the JSON array, or the formats
+``{{.State.StartedAt}}`` and ``{{.Id}}``), ``stop``, ``rm -f``, ``image inspect``, ``pull``,
+``logs`` (``--since``, ``--timestamps``), and
+``compose -p P --project-directory DIR -f F… (config --images |
 up -d [--force-recreate] | build)``. A new ``up`` of a release
 recreates the project's container; every start gets a new ``StartedAt``. ``pulls_during_up``
 counts images that ``up`` had to pull (the rollout should have pulled them before).
@@ -118,13 +119,25 @@ def date(state: dict[str, Any], args: list[str]) -> int:
     return 0
 
 
+def name_of(c: dict[str, Any]) -> str:
+    """A container's name, as compose names its first engine container."""
+    return f"{c['project']}-engine-1"
+
+
 def filtered(state: dict[str, Any], args: list[str], running_only: bool) -> list[str]:
-    project = None
+    """``ps`` filters: ``label=<project label>`` (any project), ``label=<project
+    label>=<project>``, ``name=<regular expression>``."""
+    project = name = None
     for index, arg in enumerate(args):
         if arg == "--filter":
-            project = args[index + 1].partition(f"label={PROJECT_LABEL}=")[2]
+            key, _, value = args[index + 1].partition("=")
+            if key == "label":
+                project = value.partition(f"{PROJECT_LABEL}=")[2] or None
+            elif key == "name":
+                name = value.replace("\\$", "$")
     found = [(c["created"], cid) for cid, c in state["containers"].items()
              if (project is None or c["project"] == project)
+             and (name is None or re.search(name, name_of(c)))
              and (not running_only or c["status"] == "running")]
     found.sort(reverse=True)
     if "--latest" in args:
@@ -132,15 +145,28 @@ def filtered(state: dict[str, Any], args: list[str], running_only: bool) -> list
     return [cid for _, cid in found]
 
 
-def inspect_line(cid: str, c: dict[str, Any]) -> str:
-    return json.dumps({
-        "name": f"/{c['project']}-engine-1", "status": c["status"], "exit_code": c["exit_code"],
-        "oom_killed": False, "restart_count": c.get("restart_count", 0),
-        "started_at": c["started_at"], "image": c["image"],
-        "labels": {PROJECT_LABEL: c["project"], "com.docker.compose.service": "engine",
-                   "com.docker.compose.project.working_dir": c["dir"],
-                   "io.servefleet.release": c["release"]},
-        "health": None})
+def ps_line(fmt: str, cid: str, c: dict[str, Any]) -> str:
+    """One ``ps --format`` line: the placeholders servefleet's reader uses."""
+    return (fmt.replace("{{.ID}}", cid).replace("{{.Names}}", name_of(c))
+            .replace('{{.Label "' + PROJECT_LABEL + '"}}', c["project"]))
+
+
+def labels_of(c: dict[str, Any]) -> dict[str, str]:
+    return {PROJECT_LABEL: c["project"], "com.docker.compose.service": "engine",
+            "com.docker.compose.project.working_dir": c["dir"],
+            "io.servefleet.release": c["release"]}
+
+
+def inspect_object(cid: str, c: dict[str, Any]) -> dict[str, Any]:
+    """``docker inspect``'s object for a container: the fields servefleet reads."""
+    return {
+        "Id": cid, "Name": "/" + name_of(c), "Created": f"{c['created']:012d}",
+        "RestartCount": c.get("restart_count", 0),
+        "State": {"Status": c["status"], "ExitCode": c["exit_code"], "OOMKilled": False,
+                  "StartedAt": c["started_at"]},
+        "Config": {"Image": c["image"], "Labels": labels_of(c), "Cmd": None, "Env": []},
+        "Image": "sha256:" + c["image"].encode().hex()[:64].ljust(64, "0"),
+    }
 
 
 def images_of(files: list[str]) -> list[str]:
@@ -201,6 +227,29 @@ def compose(state: dict[str, Any], args: list[str]) -> int:
     return 2
 
 
+def inspect(state: dict[str, Any], args: list[str]) -> int:
+    """``inspect [--format F] ID|NAME…``: a JSON array, or one line per container for the
+    formats ``{{.State.StartedAt}}`` and ``{{.Id}}``."""
+    fmt = args[args.index("--format") + 1] if "--format" in args else None
+    wanted = [a for i, a in enumerate(args) if a != "--format" and
+              (i == 0 or args[i - 1] != "--format")]
+    by_name = {name_of(c): cid for cid, c in state["containers"].items()}
+    found = []
+    for ref in wanted:
+        cid = ref if ref in state["containers"] else by_name.get(ref)
+        if cid is None:
+            print("[]" if fmt is None else "")
+            print(f"Error: No such object: {ref}", file=sys.stderr)
+            return 1
+        found.append((cid, state["containers"][cid]))
+    if fmt is None:
+        print(json.dumps([inspect_object(cid, c) for cid, c in found]))
+        return 0
+    for cid, c in found:
+        print(c["started_at"] if fmt == "{{.State.StartedAt}}" else cid)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     state = load()
     try:
@@ -224,6 +273,9 @@ def run(state: dict[str, Any], argv: list[str]) -> int:
         return compose(state, argv[1:])
     if argv[:1] == ["ps"]:
         ids = filtered(state, argv[1:], running_only="-a" not in argv)
+        if "--format" in argv:
+            fmt = argv[argv.index("--format") + 1]
+            ids = [ps_line(fmt, cid, state["containers"][cid]) for cid in ids]
         if ids:
             print("\n".join(ids))
         return 0
@@ -233,15 +285,7 @@ def run(state: dict[str, Any], argv: list[str]) -> int:
         state["images"].append(argv[-1])
         return 0
     if argv[:1] == ["inspect"]:
-        fmt = argv[argv.index("--format") + 1]
-        ids = argv[argv.index("--format") + 2:]
-        for cid in ids:
-            c = state["containers"].get(cid)
-            if c is None:
-                print(f"Error: No such object: {cid}", file=sys.stderr)
-                return 1
-            print(c["started_at"] if fmt == "{{.State.StartedAt}}" else inspect_line(cid, c))
-        return 0
+        return inspect(state, argv[1:])
     if argv[:1] == ["stop"]:
         for cid in [a for a in argv[1:] if a in state["containers"]]:
             if state["containers"][cid]["status"] == "running":

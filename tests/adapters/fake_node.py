@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from servefleet.adapters import compose_commands, remote
 from servefleet.adapters.boot_follow import BootResult, follow_boot
 from servefleet.adapters.health_gate import HealthReport, check_kv_pool, check_outcome
+from servefleet.adapters.observe import observe_command, parse_observed
 from servefleet.adapters.rollout import (
     Abort,
     ComposeSshRuntime,
@@ -37,7 +37,7 @@ from servefleet.adapters.ssh import CommandResult, SshTransport
 from servefleet.core.errors import CommandTimedOut, ConnectionLost, RemoteError
 from servefleet.core.health_table import CheckRow
 from servefleet.core.models import Deployment, Node
-from servefleet.core.observed import ObservedNode, parse_container, parse_observation
+from servefleet.core.observed import ObservedNode
 from servefleet.core.project import Project, load_project
 from servefleet.core.secrets import SecretMask
 
@@ -168,15 +168,16 @@ class FakeNodeTransport:
         yield from (done.stdout + done.stderr).splitlines(keepends=True)
 
     # -- what the test reads, without going through the fault ---------------------------
-    def sh(self, argv: Sequence[str]) -> str:
+    def sh(self, argv: Sequence[str], stdin: bytes | None = None) -> str:
         """Run ``argv`` locally, no fault, not recorded."""
-        done = subprocess.run(list(argv), capture_output=True, env=self.env, timeout=60,
-                              check=True)
+        done = subprocess.run(list(argv), input=stdin or b"", capture_output=True,
+                              env=self.env, timeout=60, check=True)
         return done.stdout.decode()
 
-    def observed(self, deployment: str = "main") -> ObservedNode:
-        """The node as servefleet's observe command reads it."""
-        return parse_observation(self.sh(remote.observe(self.node.base_dir, [deployment])))
+    def observed(self, deployment: str = "main", *, key: str = "") -> ObservedNode:
+        """The node as servefleet reads it (no fault, not recorded)."""
+        argv, stdin = observe_command(self.node, [deployment], key=key)
+        return parse_observed(self.node.name, self.sh(argv, stdin), [deployment], key=key)
 
     def docker_state(self) -> dict[str, Any]:
         """The fake Docker's state file."""
@@ -207,9 +208,10 @@ class FakeGateRollout(FakeNodeRollout):
     def gate(self, result: DeploymentResult, target: Target, since: str,
              deadline: float) -> HealthReport:
         with self.phase(result, "boot"):
-            text = self.transport.run(compose_commands.container_state(target.deployment),
-                                      what="follow the boot log").text()
-            running = [c for c in map(parse_container, filter(None, text.splitlines()))
+            argv, stdin = observe_command(self.node, [target.deployment])
+            text = self.transport.run(argv, stdin=stdin, what="follow the boot log").text()
+            seen = parse_observed(self.node.name, text, [target.deployment])
+            running = [c for c in seen.deployments[target.deployment].containers
                        if c.running]
         with self.phase(result, "health"):
             self.check_abort("health")

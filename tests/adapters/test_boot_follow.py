@@ -2,8 +2,9 @@
 
 ``docker`` on the node is a small stand-in script (``tmp_path/bin/docker``) that answers
 what :func:`follow_boot` runs from files: the log (a real vLLM boot log from the shared
-fixtures), the container state, and per ``docker logs`` call whether to cut the SSH
-connection after some lines (it kills the sshd process serving its session).
+fixtures), the container (``ps`` and ``inspect``, as the node reader asks), and per
+``docker logs`` call whether to cut the SSH connection after some lines (it kills the sshd
+process serving its session).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ FAKE_DOCKER = r"""#!/bin/sh
 # A stand-in for the docker CLI, answering from the files in its folder.
 state=$(dirname "$0")/state
 case "$1" in
-  ps) echo c0ffee ;;
+  ps) case "$*" in *name=*) ;; *) printf 'c0ffee\tservefleet-hc\n' ;; esac ;;
   inspect) cat "$state/inspect" ;;
   logs)
     n=$(($(cat "$state/calls" 2>/dev/null || echo 0) + 1)); echo "$n" > "$state/calls"
@@ -67,11 +68,11 @@ def _node_files(tmp_path: Path, plan: list[str], status: str) -> Path:
     docker.chmod(0o755)
     (state / "log").write_bytes(_log())
     (state / "plan").write_text("\n".join(plan) + "\n")
-    inspect = {"name": "/servefleet-hc-engine-1", "status": status,
-               "exit_code": 0 if status == "running" else 1, "oom_killed": False,
-               "restart_count": 0, "started_at": "2026-11-21T10:00:00.5Z",
-               "image": "vllm/vllm-openai:v0.20.0", "labels": {}, "health": None}
-    (state / "inspect").write_text(json.dumps(inspect) + "\n")
+    inspect = {"Id": "c0ffee", "Name": "/servefleet-hc-engine-1", "RestartCount": 0,
+               "State": {"Status": status, "ExitCode": 0 if status == "running" else 1,
+                         "OOMKilled": False, "StartedAt": "2026-11-21T10:00:00.5Z"},
+               "Config": {"Image": "vllm/vllm-openai:v0.20.0", "Labels": {}}}
+    (state / "inspect").write_text(json.dumps([inspect]) + "\n")
     return state
 
 

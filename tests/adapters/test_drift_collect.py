@@ -12,7 +12,6 @@ import base64
 import http.server
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +24,6 @@ from typing import Any, ClassVar
 
 import pytest
 
-from servefleet.adapters import remote
 from servefleet.adapters.drift_collect import (
     CollectOptions,
     DeploymentQuery,
@@ -42,7 +40,7 @@ from servefleet.adapters.drift_collect import (
 from servefleet.adapters.drift_collect import collector_script as script
 from servefleet.adapters.ssh import CommandResult, SshTransport
 from servefleet.core.models import Node
-from servefleet.core.observed import ObservedContainer, parse_container
+from servefleet.core.observed import ObservedContainer, observed_node
 from servefleet.core.project import load_nodes, load_project
 from servefleet.core.render import RenderedRelease, hashed_env_text, render_release
 from servefleet.core.secrets import secret_digest
@@ -255,49 +253,28 @@ INSPECTED: dict[str, Any] = {
 }
 
 
-def _go_template(template: str, data: dict[str, Any]) -> str:
-    """``docker inspect --format`` for the two forms :data:`remote.INSPECT_TEMPLATE` uses:
-    ``{{json .A.B}}`` and ``{{if index .A "B"}}…{{else}}…{{end}}``."""
-    def lookup(path: str) -> Any:
-        value: Any = data
-        for key in path.strip(".").split("."):
-            value = value.get(key) if isinstance(value, dict) else None
-        return value
-
-    text = re.sub(r'\{\{if index (\.[\w.]+) "(\w+)"\}\}(.*?)\{\{else\}\}(.*?)\{\{end\}\}',
-                  lambda m: m[3] if lookup(f"{m[1]}.{m[2]}") else m[4], template)
-    text = re.sub(r"\{\{json (\.[\w.]+)\}\}", lambda m: json.dumps(lookup(m[1])), text)
-    assert "{{" not in text, text
-    return text
-
-
-def test_both_readers_fill_the_one_container_model() -> None:
-    """The observe command (rollout, plan, health, watch) and the drift collector read the
-    same container into the same model, with the same values in the fields both read."""
-    observed = parse_container(_go_template(remote.INSPECT_TEMPLATE, INSPECTED))
+def test_one_answer_gives_the_rollout_and_drift_the_same_container() -> None:
+    """One reader of a node: the rollout's view (plan, health, watch) and drift's view of
+    the same answer hold the same container, with the same values."""
+    facts = script.container_facts(INSPECTED, {"MODE"})
     deployment = {"present": True, "current": "aaaaaaaaaaaa", "files": {}, "others": 1,
-                  "container": script.container_facts(INSPECTED, {"MODE"})}
+                  "container": facts, "containers": [facts]}
     answer = {"schema": 1, "docker_error": None, "gpu": None, "gpu_error": None,
               "errors": [], "deployments": {"main": deployment}}
     state = observation_from_answer("n", json.dumps(answer), [DeploymentQuery("main")])
     collected = state.deployments["main"].container
+    [observed] = observed_node(answer, ["main"]).deployments["main"].containers
     assert isinstance(observed, ObservedContainer) and isinstance(collected, ObservedContainer)
     assert state.deployments["main"].others == 1
-
-    common = ("name", "status", "exit_code", "oom_killed", "restart_count", "started_at",
-              "health", "image_ref", "labels", "id", "command")
-    assert observed.model_dump(include=set(common)) == collected.model_dump(include=set(common))
+    assert observed == collected
     assert observed.name == "servefleet-main-engine-1" and observed.running
     assert observed.image_ref == "vllm/vllm-openai:v0.21.0" and observed.restart_count == 2
-    assert observed.release_id == collected.release_id == "aaaaaaaaaaaa"
-    assert observed.service == collected.service == "engine"
-    # The drift collector's deeper reads; the observe command leaves them empty.
+    assert observed.release_id == "aaaaaaaaaaaa" and observed.service == "engine"
     assert collected.id == INSPECTED["Id"] and collected.image_id == INSPECTED["Image"]
     assert collected.command == ("--model", "m", "--port", "8000")
     assert collected.env["MODE"].value == "fast"
     assert collected.env["HF_TOKEN"].value is None
     assert collected.env["HF_TOKEN"].sha256 == secret_digest("hf_abc")
-    assert (observed.env, observed.image_id) == ({}, None)
 
 
 def test_collector_output_that_is_not_an_answer() -> None:

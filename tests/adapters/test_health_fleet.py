@@ -26,6 +26,7 @@ from click.testing import Result
 
 from servefleet.adapters import compose_commands, remote
 from servefleet.adapters.node_health import HealthOptions, check_fleet, gate_checks
+from servefleet.adapters.observe import observe_node
 from servefleet.adapters.releases import upload
 from servefleet.adapters.rollout import NodeResult, deploy
 from servefleet.adapters.ssh import SshTransport
@@ -34,7 +35,6 @@ from servefleet.core.bootlog import parse_text
 from servefleet.core.errors import ValidationFailed
 from servefleet.core.health_table import DeploymentHealth
 from servefleet.core.models import Deployment, Node, Profile
-from servefleet.core.observed import parse_observation
 from servefleet.core.project import Project, load_project
 from servefleet.core.render.release import manifest_for, render_deployments
 from servefleet.sim.testbed import FleetHandle
@@ -180,8 +180,7 @@ def restart(stack: Project, name: str, fault: str | None = None) -> None:
     else:
         fault_file(node).unlink(missing_ok=True)
     with SshTransport(node) as transport:
-        text = transport.run(remote.observe(node.base_dir, [DEP])).text()
-        observed = parse_observation(text).deployments[DEP]
+        observed = observe_node(transport, [DEP]).deployments[DEP]
         assert observed.current_release is not None and observed.manifest is not None
         transport.run(compose_commands.stop(DEP, grace_seconds=1), timeout=120)
         transport.run(compose_commands.compose(("docker", "compose"), node.base_dir, DEP,

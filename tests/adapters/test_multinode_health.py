@@ -1,5 +1,5 @@
 """Health of an engine spanning two nodes: the worker's rows from its log (join line, NCCL
-transport), a worker read over a fake node (real observe script, the log handed in), and
+transport), a worker read over a fake node (the real node reader, the log handed in), and
 one report with a block per rank even when a rank cannot be reached."""
 
 from __future__ import annotations

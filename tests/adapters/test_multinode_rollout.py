@@ -14,10 +14,10 @@ import pytest
 from fake_node import FakeGateRollout, FakeNodeTransport, Fault, fake_runtime
 from loopback_sshd import free_port
 
-from servefleet.adapters import compose_commands, remote
+from servefleet.adapters import remote
 from servefleet.adapters.multinode import MultiNodeResult, MultiNodeRollout, Rank
+from servefleet.adapters.observe import observe_command, parse_observed
 from servefleet.adapters.rollout import Abort, StepFailed
-from servefleet.core.observed import parse_container
 from servefleet.core.project import Project
 from servefleet.core.render.ranks import MultiNodeRelease, render_multinode
 
@@ -37,10 +37,11 @@ class FakeWorkers(MultiNodeRollout):
 
     def worker_joined(self, rank: Rank, since: str, deadline: float) -> tuple[str, ...]:
         transport = cast(FakeGateRollout, rank.rollout).transport
-        text = transport.run(compose_commands.container_state(rank.target.deployment),
-                             what="follow the worker log").text()
-        running = [c for c in map(parse_container, filter(None, text.splitlines()))
-                   if c.running]
+        deployment = rank.target.deployment
+        argv, stdin = observe_command(transport.node, [deployment])
+        text = transport.run(argv, stdin=stdin, what="follow the worker log").text()
+        seen = parse_observed(rank.node, text, [deployment]).deployments[deployment]
+        running = [c for c in seen.containers if c.running]
         release = running[0].release_id if running else None
         if release is None or release in self.failing:
             raise StepFailed("boot", f"{rank.node}: the worker never joined (injected)",
@@ -129,7 +130,9 @@ def test_deploy_then_a_flag_switch_moves_both_ranks_as_one_release(pair: Pair) -
     assert [pair.current(n) for n in NODES] == [b, b]
     # The worker was started before the head.
     labels = pair.transports["dgx-spark-2"].labels
-    assert "start the engine" in labels and "read the engine container's state" in labels
+    started = labels.index("start the engine")
+    # …and its container read again once started (the worker's health rows).
+    assert "observe the node" in labels[started:]
     for name in NODES:
         assert pair.transports[name].observed("big").lock_owner is None
 

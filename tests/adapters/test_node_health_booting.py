@@ -5,6 +5,7 @@ stand-in transport (no node, no fleet)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from servefleet.adapters.node_health import (
 )
 from servefleet.adapters.ssh import CommandResult
 from servefleet.core.baselines import BaselineBook
+from servefleet.core.models import Node
 from servefleet.core.observed import ObservedContainer
 from servefleet.core.project import Project, load_project
 from servefleet.core.secrets import SecretMask
@@ -31,9 +33,12 @@ ROUTES_LISTED = 149
 """Line 118 starts the API server, then the route list; line 150 is the ready line."""
 STARTED_AT = "2026-11-21T10:00:00.5Z"
 STARTED_EPOCH = 1795255200.5
-RUNNING = ('{"name":"/servefleet-hc-engine-1","status":"running","exit_code":0,'
-           '"oom_killed":false,"restart_count":0,"started_at":"' + STARTED_AT + '",'
-           '"image":"x","labels":{},"health":null}\n')
+RUNNING = json.dumps({"schema": 1, "errors": [], "docker_error": None, "baselines": {},
+                      "deployments": {"hc": {"present": True, "current": None, "containers": [
+                          {"id": "c0ffee", "name": "servefleet-hc-engine-1",
+                           "status": "running", "started_at": STARTED_AT,
+                           "image_ref": "x", "labels": {}}]}}})
+"""The node reader's answer: the deployment's engine runs."""
 
 
 def boot_log() -> list[bytes]:
@@ -49,7 +54,8 @@ class Transport:
     """What the check and the boot follower ask of a node: the rest of the log as a stream,
     and the container's state."""
 
-    def __init__(self, rest: Sequence[bytes]) -> None:
+    def __init__(self, rest: Sequence[bytes], node: Node) -> None:
+        self.node = node
         self.rest = list(rest)
         self.mask = SecretMask()
         self.streams = 0
@@ -80,7 +86,7 @@ def check(project: Project, transport: Transport, **options: object) -> Deployme
 def outcome(project: Project, lines: list[bytes], seconds_since_start: float,
             transport: Transport | None = None, **options: object
             ) -> tuple[DeploymentCheck, bool]:
-    checker = check(project, transport or Transport([]), **options)
+    checker = check(project, transport or Transport([], project.nodes["dgx-spark-1"]), **options)
     container = ObservedContainer(name="servefleet-hc-engine-1", status="running",
                                   started_at=STARTED_AT)
     read = NodeRead(now=STARTED_EPOCH + seconds_since_start, book=BaselineBook(),
@@ -118,7 +124,8 @@ def test_past_the_deadline_it_fails(project: Project) -> None:
 
 def test_wait_follows_the_boot_until_ready(project: Project) -> None:
     log = boot_log()
-    transport = Transport(log)  # docker logs --since the start repeats the whole log
+    # docker logs --since the start repeats the whole log
+    transport = Transport(log, project.nodes["dgx-spark-1"])
     checker, ready = outcome(project, log[:ROUTES_LISTED], 1, transport, wait=True)
     assert ready and checker.rows[0].verdict == "pass"
     assert checker.boot_phase is None
@@ -126,7 +133,8 @@ def test_wait_follows_the_boot_until_ready(project: Project) -> None:
 
 def test_wait_with_a_limit_reports_a_boot_still_in_progress(project: Project) -> None:
     log = boot_log()
-    transport = Transport(log[:60])  # the boot does not get further while we wait
+    # the boot does not get further while we wait
+    transport = Transport(log[:60], project.nodes["dgx-spark-1"])
     checker, ready = outcome(project, log[:45], 1, transport, wait=True, wait_seconds=5)
     assert not ready
     assert checker.boot_phase == "capturing CUDA graphs"

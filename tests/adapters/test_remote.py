@@ -3,7 +3,6 @@ run for real by the local POSIX ``sh`` against a throw-away base directory."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 import socket
@@ -15,55 +14,10 @@ import pytest
 
 from servefleet.adapters import compose_commands, remote
 from servefleet.adapters.releases import checksum_lines, tar_bytes
-from servefleet.core.observed import parse_observation, parse_preflight, parse_releases
-
-INSPECT = (
-    '{"name":{{json .Name}},"status":{{json .State.Status}},'
-    '"exit_code":{{json .State.ExitCode}},"oom_killed":{{json .State.OOMKilled}},'
-    '"restart_count":{{json .RestartCount}},"started_at":{{json .State.StartedAt}},'
-    '"image":{{json .Config.Image}},"labels":{{json .Config.Labels}},'
-    '"id":{{json .Id}},"command":{{json .Config.Cmd}},'
-    '"health":{{if index .State "Health"}}{{json .State.Health.Status}}{{else}}null{{end}}}'
-)
+from servefleet.core.observed import parse_preflight, parse_releases
 
 
 # -- exact commands ---------------------------------------------------------------------------
-def test_observe() -> None:
-    assert remote.observe("/srv/sf", ["main", "alt"]) == [
-        "sh", "-c",
-        "base=$1; fmt=$2; hasher=$3; keyed=$4; key=$5; shift 5; "
-        "printf '@@servefleet-observe 1\\n@@lock\\n'; "
-        'cat "$base/.servefleet-lock/owner" "$base/.servefleet-lock/state" 2>/dev/null; '
-        "printf '@@baselines\\n'; cat \"$base/.servefleet-baselines.json\" 2>/dev/null; echo; "
-        'for arg in "$@"; do d=${arg%%/*}; a=; case $arg in */*) a=${arg#*/};; esac; '
-        'dir=$base/$d; printf \'@@deployment %s\\n\' "$d"; '
-        "if [ ! -d \"$dir\" ]; then printf '@@absent\\n'; " + remote._CANDIDATE_BODY
-        + "continue; fi; "
-        "printf '@@current\\n'; readlink \"$dir/current\" 2>/dev/null; "
-        "printf '@@releases\\n'; ls -1 \"$dir/releases\" 2>/dev/null; "
-        "printf '@@previous\\n'; readlink \"$dir/previous\" 2>/dev/null; "
-        "printf '@@last-good\\n'; readlink \"$dir/last-good\" 2>/dev/null; "
-        "printf '@@gated\\n'; cat \"$dir/gated\" 2>/dev/null; "
-        "printf '@@adopted\\n'; cat \"$dir/adopted\" 2>/dev/null; "
-        "printf '@@manifest\\n'; cat \"$dir/current/manifest.json\" 2>/dev/null; echo; "
-        + remote._FILES_BODY +
-        'if [ -n "$key" ] && [ -r "$dir/current/engine.env" ]; then '
-        "printf '@@secret-digests\\n'; SERVEFLEET_OBSERVE_KEY=$key python3 -S -c \"$keyed\" "
-        "< \"$dir/current/engine.env\" 2>/dev/null || printf 'unreadable\\n'; fi; "
-        '[ -z "$a" ] || [ -e "$dir/current" ] || '
-        '{ c=$(docker inspect --format "$fmt" "$a" 2>/dev/null) && '
-        "printf '@@candidate\\n%s\\n' \"$c\"; }; "
-        'p=servefleet-$d; '
-        'if ids=$({ docker ps -aq --filter "label=com.docker.compose.project=$p" && '
-        'docker ps -aq --filter "name=^$p-adopted\\$"; } 2>&1); then '
-        "printf '@@containers\\n'; "
-        '[ -z "$ids" ] || docker inspect --format "$fmt" $ids 2>&1; '
-        "else printf '@@docker-error\\n%s\\n' \"$ids\"; fi; done; printf '@@end\\n'",
-        "sh", "/srv/sf", INSPECT, remote.env_hasher_program(), remote.keyed_env_program(), "",
-        "main", "alt",
-    ]
-
-
 def test_list_releases() -> None:
     assert remote.list_releases("/srv/sf", "main") == [
         "sh", "-c",
@@ -207,14 +161,6 @@ def test_logs() -> None:
         "sh", "-c", script, "sh", "servefleet-main", "--follow", "--since", "1700000000"]
     assert compose_commands.logs("main", tail=200) == [
         "sh", "-c", script, "sh", "servefleet-main", "--tail", "200"]
-
-
-def test_container_state() -> None:
-    assert compose_commands.container_state("main") == [
-        "sh", "-c",
-        'ids=$(' + remote.deployment_ids("$1") + ') || exit 1; '
-        '[ -z "$ids" ] || docker inspect --format "$2" $ids',
-        "sh", "servefleet-main", INSPECT]
 
 
 def test_sequence_quotes_each_word() -> None:
@@ -373,61 +319,6 @@ def test_values_are_never_run_as_shell(tmp_path: Path) -> None:
     run(remote.acquire_lock(str(tmp_path), hostile))
     assert (tmp_path / remote.LOCK_DIR / "owner").read_text() == hostile + "\n"
     assert not marker.exists()
-
-
-def test_observe_reads_releases_current_manifest_and_lock(tmp_path: Path) -> None:
-    main = tmp_path / "main"
-    (main / "releases" / "r1").mkdir(parents=True)
-    (main / "releases" / "r2").mkdir()
-    (main / "releases" / "r2" / "manifest.json").write_text(
-        '{\n  "release_id": "r2",\n  "engine_argv": ["m", "--x", "1"]\n}\n')
-    os.symlink("releases/r2", main / "current")
-    run(remote.acquire_lock(str(tmp_path), ALICE))
-    # No daemon at this socket: docker's answer lands in the docker-error section.
-    done = run(remote.observe(str(tmp_path), ["main", "other"]),
-               DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
-    assert done.returncode == 0, done.stderr
-    node = parse_observation(done.stdout.decode())
-    assert node.lock_owner == ALICE
-    assert node.lock is not None and node.lock.lock_id == "aaaa11112222"
-    assert list(node.deployments) == ["main"]
-    main_dep = node.deployments["main"]
-    assert main_dep.current_release == "r2"
-    assert main_dep.releases == ("r1", "r2")
-    assert main_dep.engine_argv == ["m", "--x", "1"]
-    assert main_dep.docker_error
-    assert not main_dep.running
-    assert node.baselines_text is None  # no baselines file yet
-
-
-def test_observe_reads_the_node_baselines_in_the_same_round_trip(tmp_path: Path) -> None:
-    book = '{\n  "baselines": {},\n  "images": {},\n  "schema_version": 1\n}'
-    (tmp_path / ".servefleet-baselines.json").write_text(book + "\n")
-    done = run(remote.observe(str(tmp_path), ["main"]),
-               DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
-    assert done.returncode == 0, done.stderr
-    assert parse_observation(done.stdout.decode()).baselines_text == book
-
-
-def test_observe_hashes_the_current_release_files_as_the_renderer(tmp_path: Path) -> None:
-    from servefleet.core.render import hashed_env_text
-
-    release = tmp_path / "main" / "releases" / "r1"
-    env = b"# engine\nHF_TOKEN='hf_secret_value'\nEMPTY=\nPLAIN=a b=c\n\nQ='\n"
-    files = {**{p: c for p, (c, _) in FILES.items()}, "engine.env": env, ".env": b"X=1\n"}
-    for path, content in files.items():
-        (release / path).parent.mkdir(parents=True, exist_ok=True)
-        (release / path).write_bytes(content)
-    (release / "engine.env").chmod(0o600)
-    os.symlink("releases/r1", tmp_path / "main" / "current")
-    done = run(remote.observe(str(tmp_path), ["main"]),
-               DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
-    assert done.returncode == 0, done.stderr
-    assert b"hf_secret_value" not in done.stdout
-    hashes = parse_observation(done.stdout.decode()).deployments["main"].file_hashes
-    assert hashes == {path: hashlib.sha256(hashed_env_text(content) if path == "engine.env"
-                                           else content).hexdigest()
-                      for path, content in files.items() if path != "manifest.json"}
 
 
 def test_repair_upload_moves_the_edited_folder_aside(tmp_path: Path) -> None:

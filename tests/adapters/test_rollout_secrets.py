@@ -21,10 +21,8 @@ from fake_node import (
     short_temp_dir,
 )
 
-from servefleet.adapters import remote
 from servefleet.adapters.rollout import Abort, NodeResult, render_for
 from servefleet.core.envdigest import keyed_value_digests
-from servefleet.core.observed import parse_observation
 from servefleet.core.project import Project
 from servefleet.core.render.release import ENV_FILE
 
@@ -91,12 +89,12 @@ def test_the_node_answers_keyed_digests_only_when_asked(root: Path) -> None:
     transport = FakeNodeTransport(project.nodes[NODE], root / "node", {"HF_TOKEN": OLD})
     assert deploy(project, transport, OLD).status == "deployed"
     base = project.nodes[NODE].base_dir
-    plain = parse_observation(transport.sh(remote.observe(base, ["main"])))
+    plain = transport.observed("main")
     assert plain.deployments["main"].secret_digests is None
     key = "k" * 64
-    keyed = parse_observation(transport.sh(remote.observe(base, ["main"], key=key)))
+    keyed = transport.observed("main", key=key)
     env = (Path(base) / "main" / "current" / ENV_FILE).read_bytes()
     assert keyed.deployments["main"].secret_digests == dict(
         keyed_value_digests(env, key.encode()))
-    other = parse_observation(transport.sh(remote.observe(base, ["main"], key="x" * 64)))
+    other = transport.observed("main", key="x" * 64)
     assert other.deployments["main"].secret_digests != keyed.deployments["main"].secret_digests

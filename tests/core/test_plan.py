@@ -92,7 +92,7 @@ def test_running_desired_release_is_unchanged(project: Project) -> None:
 
 def node_hashes(release: RenderedRelease,
                 edits: dict[str, bytes | None] | None = None) -> dict[str, str]:
-    """What the observe command hashes on a node holding ``release`` with ``edits`` applied
+    """What the node reader hashes on a node holding ``release`` with ``edits`` applied
     (path → new content, ``None``: deleted): ``engine.env`` in its secret-hashed form."""
     files: dict[str, bytes | None] = {**release.files, **(edits or {})}
     return {path: hashlib.sha256(hashed_env_text(content) if path == "engine.env"

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from servefleet.adapters.gpu_probe import probe_script_source
 from servefleet.adapters.health_gate import http_get
 from servefleet.adapters.node_script import assemble
+from servefleet.adapters.remote import LOCK_DIR
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.baselines import BASELINE_FILE
 from servefleet.core.bootlog import parse_bytes, reader_for
@@ -43,7 +44,7 @@ from servefleet.core.engines.vllm import VLLM
 from servefleet.core.errors import ServefleetError
 from servefleet.core.gpu import parse_probe_json
 from servefleet.core.models import Node
-from servefleet.core.observed import ObservedContainer, as_adopted, parse_gate_mark
+from servefleet.core.observed import as_adopted, container_from_facts, parse_answer, parse_gate_mark
 from servefleet.core.render.release import ENV_FILE, IMAGE_PATCH_MARKER
 
 READY_MARKERS = (
@@ -80,6 +81,9 @@ class DeploymentQuery:
     marker: str | None = IMAGE_PATCH_MARKER
     """Overlay marker path inside the container (looked for even when none is expected, so
     a hand-patched image shows)."""
+    candidate: str | None = None
+    """A container the stack adopts (its name or id), inspected while the deployment has
+    no current release."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,14 @@ class CollectOptions:
     """GET for ``/version`` (tests pass their own)."""
     connect_attempts: int = CONNECT_ATTEMPTS
     """Connection attempts before a node is unreachable."""
+    container_extras: bool = True
+    """Read each container's image, overlay marker and boot log (the rollout reads the
+    containers alone)."""
+    lock: bool = False
+    """Read the node lock's owner and state lines."""
+    observe_key: str = ""
+    """A random key (one per read) for the keyed digests of the current ``engine.env``'s
+    values; it travels on the command's stdin, never on its command line."""
 
 
 COLLECTOR_PARTS = ("collector_pure.py", "collector_children.py", "collector_script.py")
@@ -121,14 +133,18 @@ def collector_source() -> str:
 
 def build_request(base_dir: str, queries: Sequence[DeploymentQuery],
                   options: CollectOptions) -> dict[str, Any]:
-    """The request the collector reads (no secret in it)."""
+    """The request the collector reads (no secret in it; the observe key, when there is
+    one, is worthless to anyone but the controller that drew it)."""
     return {
         "base_dir": base_dir,
-        "deployments": [{"name": q.name, "plain_env": sorted(q.plain_env), "marker": q.marker}
-                        for q in queries],
+        "deployments": [{"name": q.name, "plain_env": sorted(q.plain_env), "marker": q.marker,
+                         "candidate": q.candidate} for q in queries],
         "docker": list(options.docker),
         "docker_checks": True,
-        "boot_log": options.boot_log,
+        "container_extras": options.container_extras,
+        "lock_dir": LOCK_DIR if options.lock else None,
+        "observe_key": options.observe_key,
+        "boot_log": options.boot_log and options.container_extras,
         "ready_markers": list(READY_MARKERS),
         "log_max_bytes": LOG_MAX_BYTES,
         # The collector stops waiting (and reports what it read) before the SSH deadline.
@@ -215,45 +231,13 @@ def _boot_summary(raw: Mapping[str, Any] | None, engine: str) -> tuple[BootSumma
                        cudagraph_mode=facts.cudagraph_mode), None
 
 
-def _container(raw: Mapping[str, Any]) -> ObservedContainer:
-    """The collector's ``container`` object (``container_facts`` of the collector script,
-    plus its image reads) as the one container model, every field filled."""
-    return ObservedContainer(
-        id=str(raw.get("id") or ""),
-        name=str(raw.get("name") or ""),
-        status=str(raw.get("status") or "unknown"),
-        exit_code=int(raw.get("exit_code") or 0),
-        oom_killed=bool(raw.get("oom_killed")),
-        restart_count=int(raw.get("restart_count") or 0),
-        started_at=raw.get("started_at"),
-        health=raw.get("health"),
-        image_ref=raw.get("image_ref"),
-        labels=raw.get("labels") or {},
-        command=tuple(raw["command"]) if isinstance(raw.get("command"), list) else None,
-        env=raw.get("env") or {},
-        image_id=raw.get("image_id"),
-        repo_digests=tuple(raw.get("repo_digests") or ()),
-        ref_image_id=raw.get("ref_image_id") or None,
-        image_env=raw.get("image_env") or {},
-        image_labels=raw.get("image_labels") or {},
-        patch_marker_sha256=raw.get("patch_marker_sha256"),
-        patch_marker_checked=bool(raw.get("patch_marker_checked")),
-    )
-
-
 def observation_from_answer(node: str, text: str,
                             queries: Sequence[DeploymentQuery]) -> NodeObservation:
     """Turn the collector's JSON into a :class:`NodeObservation` (boot logs parsed here).
 
     Raises :class:`ValueError` when the text is not a collector answer.
     """
-    try:
-        answer = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"the drift collector printed no JSON ({error.msg}): "
-                         f"{text[:200]!r}") from None
-    if not isinstance(answer, dict) or answer.get("schema") != 1:
-        raise ValueError("the drift collector's answer has an unknown format")
+    answer = parse_answer(text)
     errors: list[str] = [str(e) for e in answer.get("errors") or []]
     deployments: dict[str, ObservedDeploymentState] = {}
     for query in queries:
@@ -273,7 +257,7 @@ def observation_from_answer(node: str, text: str,
             manifest=raw.get("manifest") if isinstance(raw.get("manifest"), dict) else None,
             file_hashes=raw.get("files") or {},
             release_secret_digests=raw.get("secret_digests") or {},
-            container=as_adopted(_container(container_raw), adopted)
+            container=as_adopted(container_from_facts(container_raw), adopted)
             if isinstance(container_raw, dict) else None,
             adopted_release=adopted.get("release") or None,
             others=int(raw.get("others") or 0),

@@ -29,12 +29,36 @@ from servefleet.adapters.drift_collect.collector_pure import (
 )
 
 __all__ = [  # the program's names
-    "ADOPTED_SUFFIX", "COMPOSE_PROJECT_LABEL", "MAX_FILE_BYTES", "NEVER_STARTED",
-    "PROJECT_PREFIX", "READ_BYTES", "SCHEMA_VERSION", "Child", "Deadline", "boot_log_result",
+    "ADOPTED_SUFFIX",
+    "COMPOSE_PROJECT_LABEL",
+    "MAX_FILE_BYTES",
+    "NEVER_STARTED",
+    "PROJECT_PREFIX",
+    "READ_BYTES",
+    "SCHEMA_VERSION",
+    "Child",
+    "Deadline",
+    "boot_log_result",
     "collect_docker",
-    "container_facts", "env_digests", "hashed_env_list", "hashed_env_text", "json_dumps",
-    "json_loads", "main", "marker_result", "pick_container", "read_json_file", "read_release",
-    "resolve_ref", "run", "run_probe", "sha256_hex", "value_digest",
+    "container_facts",
+    "env_digests",
+    "hashed_env_list",
+    "hashed_env_text",
+    "json_dumps",
+    "json_loads",
+    "keyed_value_digests",
+    "link_release",
+    "main",
+    "marker_result",
+    "pick_container",
+    "read_json_file",
+    "read_release",
+    "read_text",
+    "resolve_ref",
+    "run",
+    "run_probe",
+    "sha256_hex",
+    "value_digest",
 ]
 
 # isort: split
@@ -86,13 +110,33 @@ def weights_facts(weights: Any) -> dict[str, Any] | None:
     return {"present": present, "verified": verified, "revisions": []}
 
 
-def read_release(deployment_dir: str, env_file: str, manifest_file: str) -> dict[str, Any]:
-    """``current``, the manifest, and the hash of every file of the current release."""
+def link_release(path: str) -> str | None:
+    """The release a ``current``/``previous``/``last-good`` link names: the last part of
+    its target when that is a folder under ``releases/``; ``None`` without the link."""
+    try:
+        target = os.readlink(path).rstrip("/")
+    except OSError:
+        return None
+    parent, _, name = target.rpartition("/")
+    return name or None if parent.rpartition("/")[2] == "releases" else None
+
+
+def read_release(deployment_dir: str, env_file: str, manifest_file: str,
+                 observe_key: str = "") -> dict[str, Any]:
+    """``current``, ``previous``, ``last-good``, the release folders, the gate mark and the
+    adopted record, the manifest, and the hash of every file of the current release; with
+    ``observe_key`` also the keyed digests of the current ``engine.env``'s values."""
     result: dict[str, Any] = {"present": os.path.isdir(deployment_dir), "current": None,
                               "manifest": None, "manifest_error": None, "files": {},
                               "secret_digests": {}, "errors": []}
     if not result["present"]:
         return result
+    try:
+        result["releases"] = sorted(os.listdir(deployment_dir + "/releases"))
+    except OSError:
+        result["releases"] = []
+    result["previous"] = link_release(deployment_dir + "/previous")
+    result["last_good"] = link_release(deployment_dir + "/last-good")
     # The gate mark (``release=<id> started=<StartedAt> at=<time>``): which engine passed.
     # The adopted record (``release=<id> container=<id> name=<name>``), when one was.
     for record in ("gated", "adopted"):
@@ -106,7 +150,7 @@ def read_release(deployment_dir: str, env_file: str, manifest_file: str) -> dict
         target = os.readlink(deployment_dir + "/current")
     except OSError:
         return result
-    result["current"] = target.rstrip("/").rsplit("/", 1)[-1]
+    result["current"] = link_release(deployment_dir + "/current")
     release = target if target.startswith("/") else deployment_dir + "/" + target
     files: dict[str, str] = {}
     for folder, dirs, names in os.walk(release):
@@ -132,6 +176,10 @@ def read_release(deployment_dir: str, env_file: str, manifest_file: str) -> dict
                 continue
             if rel == env_file:
                 result["secret_digests"] = env_digests(content)
+                if observe_key:
+                    # Worthless without the key, which only the observing controller holds.
+                    result["keyed_digests"] = dict(keyed_value_digests(
+                        content, observe_key.encode("utf-8")))
                 try:
                     content = hashed_env_text(content)
                 except UnicodeDecodeError:
@@ -139,6 +187,15 @@ def read_release(deployment_dir: str, env_file: str, manifest_file: str) -> dict
             files[rel] = sha256_hex(content)
     result["files"] = files
     return result
+
+
+def read_text(path: str) -> str:
+    """A small text file's content; empty when it is absent or unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(65536)
+    except OSError:
+        return ""
 
 
 def read_json_file(path: str) -> Any:
@@ -198,8 +255,10 @@ def run_probe(probe_source: str, box: dict[str, Any], done: Any) -> None:
         done.release()
 
 
-def collect_docker(request: dict[str, Any]) -> dict[str, Any]:
-    """Containers of every requested deployment: facts, image, marker, boot log."""
+def collect_docker(request: dict[str, Any], without_current: set[str]) -> dict[str, Any]:
+    """Containers of every requested deployment: facts, image, marker, boot log (the last
+    three only with ``container_extras``); a deployment in ``without_current`` also gets
+    its adopt candidate's facts."""
     docker = list(request.get("docker") or ["docker"])
     names = [d["name"] for d in request["deployments"]]
     status, out, err = run([*docker, "ps", "-a", "--no-trunc", "--filter",
@@ -227,6 +286,9 @@ def collect_docker(request: dict[str, Any]) -> dict[str, Any]:
         if name in ids and cid:
             ids[name].append(cid)
     wanted = [cid for name in names for cid in ids[name]]
+    # A container the stack adopts, looked at while its deployment has no current release.
+    candidates = [spec["candidate"] for spec in request["deployments"]
+                  if spec.get("candidate") and spec["name"] in without_current]
     inspected: dict[str, dict[str, Any]] = {}
     if wanted:
         status, out, err = run([*docker, "inspect", *wanted])
@@ -234,18 +296,29 @@ def collect_docker(request: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(found, list):
             return {"error": err or "docker inspect printed no JSON", "deployments": {}}
         inspected = {str(raw.get("Id")): raw for raw in found}
+    by_name: dict[str, dict[str, Any]] = {}
+    if candidates:
+        # One at a time: a name that matches no container fails the whole inspect.
+        for candidate in candidates:
+            found = _json(run([*docker, "inspect", candidate])[1])
+            if isinstance(found, list) and found and isinstance(found[0], dict):
+                by_name[candidate] = found[0]
     chosen: dict[str, dict[str, Any]] = {}
     result: dict[str, Any] = {"error": None, "deployments": {}}
     for spec in request["deployments"]:
         name = spec["name"]
+        plain = set(spec.get("plain_env") or ())
         raws = [inspected[c] for c in ids[name] if c in inspected]
         raw = pick_container(raws)
-        entry: dict[str, Any] = {"container": None, "others": max(0, len(raws) - 1)}
+        entry: dict[str, Any] = {"container": None, "others": max(0, len(raws) - 1),
+                                 "containers": [container_facts(r, plain) for r in raws]}
         if raw is not None:
-            entry["container"] = container_facts(raw, set(spec.get("plain_env") or ()))
+            entry["container"] = container_facts(raw, plain)
             chosen[name] = entry["container"]
+        if spec.get("candidate") in by_name:
+            entry["candidate"] = container_facts(by_name[spec["candidate"]], set())
         result["deployments"][name] = entry
-    if not chosen:
+    if not chosen or not request.get("container_extras", True):
         return result
 
     # Everything else runs side by side: one image inspect (the running images and the
@@ -313,15 +386,22 @@ def main(request: dict[str, Any], probe_source: str | None = None) -> int:
 
         _signal.signal(_signal.SIGALRM, _on_alarm)
         _signal.alarm(max(1, int(deadline)))
+    if request.get("lock_dir"):
+        # The node lock's owner and state lines, as the lock command wrote them.
+        answer["lock"] = "".join(read_text(base + "/" + request["lock_dir"] + "/" + part)
+                                 for part in ("owner", "state")) or None
     try:
         for spec in request["deployments"]:
             folder = base + "/" + spec["name"]
             entry = read_release(folder, request.get("env_file", "engine.env"),
-                                 request.get("manifest_file", "manifest.json"))
+                                 request.get("manifest_file", "manifest.json"),
+                                 str(request.get("observe_key") or ""))
             answer["deployments"][spec["name"]] = entry
         if request.get("docker_checks", True):
             try:
-                docker = collect_docker(request)
+                docker = collect_docker(request, {
+                    name for name, entry in answer["deployments"].items()
+                    if entry["current"] is None})
             except Deadline:
                 raise
             except Exception as error:  # data, not a traceback
@@ -349,6 +429,6 @@ def main(request: dict[str, Any], probe_source: str | None = None) -> int:
 # collector_source() appends its source here when the collector is sent; imported on the
 # control machine (tests load this file as a module).
 try:  # noqa: SIM105 (importing contextlib would cost start-up time on the node)
-    from servefleet.core.envdigest import hashed_env_text
+    from servefleet.core.envdigest import hashed_env_text, keyed_value_digests
 except ImportError:
     pass  # on the node: the appended source defines it

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from servefleet.adapters import remote
 from servefleet.adapters.boot_follow import (
     BOOT_DEADLINE,
     CONNECTION_LOST,
@@ -30,6 +29,7 @@ from servefleet.adapters.node_health.read import (
     stamp_key,
     write_baselines,
 )
+from servefleet.adapters.observe import observe_node
 from servefleet.adapters.probes import EngineClient, run_probes
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.baselines import (
@@ -40,12 +40,12 @@ from servefleet.core.baselines import (
 )
 from servefleet.core.bootlog import BootFacts
 from servefleet.core.bootlog.phase import boot_phase
-from servefleet.core.errors import LockHeld, RemoteError
+from servefleet.core.errors import LockHeld
 from servefleet.core.expectations import ExpectedHealth, derive_expectations
 from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow, rows_pass
 from servefleet.core.kvplan.gate import check_against_prediction, expectations_with_prediction
 from servefleet.core.models import Node, Profile
-from servefleet.core.observed import ObservedContainer, ObservedDeployment, parse_observation
+from servefleet.core.observed import ObservedContainer, ObservedDeployment
 from servefleet.core.plan import ungated_reason
 from servefleet.core.project import PROFILES_DIR, Project, profile_identity
 
@@ -118,12 +118,7 @@ class DeploymentCheck:
         """Every check; see :mod:`servefleet.adapters.node_health`."""
         assert self.project is not None
         name, dep = self.node.name, self.deployment
-        text = self.transport.run(remote.observe(self.node.base_dir, [dep]), idempotent=True,
-                                  what="observe the node").text()
-        try:
-            observed = parse_observation(text).deployments.get(dep)
-        except ValueError as error:
-            raise RemoteError(name, f"observe: {error}") from None
+        observed = observe_node(self.transport, [dep]).deployments.get(dep)
         if observed is None or (observed.current_release is None and not observed.containers):
             return _fail(name, dep, "deployment", "deployed", "nothing deployed here")
         manifest = observed.manifest or {}

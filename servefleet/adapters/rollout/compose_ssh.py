@@ -21,6 +21,7 @@ from servefleet.adapters.boot_follow import follow_boot as follow_boot_log
 from servefleet.adapters.gpu_probe import run_probe
 from servefleet.adapters.lock import NodeLock
 from servefleet.adapters.node_health import HealthOptions, gate_checks
+from servefleet.adapters.observe import observe_command, observe_node, parse_observed
 from servefleet.adapters.rollout.runtime import AUDIT_TIMEOUT_SECONDS
 from servefleet.adapters.rollout.target import Target
 from servefleet.adapters.ssh import SshTransport
@@ -35,8 +36,6 @@ from servefleet.core.observed import (
     ObservedDeployment,
     ObservedNode,
     ReleaseInfo,
-    parse_container,
-    parse_observation,
     parse_preflight,
 )
 from servefleet.core.project import Project
@@ -68,19 +67,10 @@ class ComposeSshRuntime:
         """``text`` with every secret value masked."""
         return self.transport.mask(text)
 
-    def _parse(self, text: str) -> ObservedNode:
-        try:
-            return parse_observation(text)
-        except ValueError as error:
-            raise RemoteError(self.node.name, f"observe: {error}") from None
-
     def observe(self, deployments: Sequence[str], *, key: str = "",
                 candidates: Mapping[str, str] | None = None) -> ObservedNode:
         """One read-only command (retried once after a dropped connection)."""
-        result = self.transport.run(remote.observe(self.node.base_dir, deployments, key=key,
-                                                   candidates=candidates),
-                                    idempotent=True, what="observe the node")
-        return self._parse(result.text())
+        return observe_node(self.transport, deployments, key=key, candidates=candidates)
 
     def lock(self, operation: str, now: datetime, *, unlock_id: str | None,
              deployments: Sequence[str], key: str = "",
@@ -88,10 +78,10 @@ class ComposeSshRuntime:
         """Take the lock and observe in the same round trip: another rollout may have
         finished between a first look and the lock."""
         lock = NodeLock(self.transport, operation, now, unlock_id=unlock_id)
-        text = lock.acquire(remote.observe(self.node.base_dir, deployments, key=key,
-                                           candidates=candidates))
+        argv, stdin = observe_command(self.node, deployments, key=key, candidates=candidates)
+        text = lock.acquire(argv, stdin=stdin)
         try:
-            return lock, self._parse(text)
+            return lock, parse_observed(self.node.name, text, deployments, key=key)
         except RemoteError:
             lock.release()
             raise
@@ -281,7 +271,7 @@ class ComposeSshRuntime:
             yield self.mask(raw.decode("utf-8", "replace").rstrip("\r\n"))
 
     def containers(self, deployment: str) -> list[ObservedContainer]:
-        """``docker inspect`` of every container of the deployment's compose project."""
-        text = self.transport.run(compose_commands.container_state(deployment), idempotent=True,
-                                  what="read the engine container's state").text()
-        return [parse_container(line) for line in text.splitlines() if line.strip()]
+        """Every container of the deployment (its compose project's and an adopted one),
+        running first."""
+        observed = self.observe([deployment]).deployments.get(deployment)
+        return list(observed.containers) if observed is not None else []

@@ -59,7 +59,7 @@ class NodeRollout(Recovery):
             items.append(dataclasses.replace(plan(
                 rendered, dep, secret_key=self.observe_key.encode()), recovery=recovery_notes(
                 observed.lock, dep, rendered.deployment),
-                node_baselines=observed.baselines_text))
+                node_baselines=observed.baselines))
         return observed, items
 
     def deploy(self, releases: Sequence[RenderedRelease],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from servefleet.core.baselines import BaselineBook, parse_book
+from servefleet.core.baselines import BaselineBook, book_from_json
 from servefleet.core.engines import engine_of
 from servefleet.core.errors import ServefleetError
 from servefleet.core.expectations import derive_expectations
@@ -124,7 +124,7 @@ def plan_item_preview(project: Project, item: PlanItem) -> str | None:
         return None
     new, node = project.profiles[item.profile], project.nodes[item.node]
     old = project.profiles.get(item.previous_profile or "")
-    book = parse_book(item.node_baselines)[0] if item.node_baselines else None
+    book = book_from_json(item.node_baselines)[0] if item.node_baselines else None
     try:
         calibration = calibration_from_book(book, project.profiles, new, node)
         return engine_preview(project.root / PROFILES_DIR, old, new, node, calibration)

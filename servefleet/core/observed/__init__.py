@@ -1,15 +1,17 @@
 """Facts read from a node, and the pure parsers of the commands that read them.
 
-Each fact comes from one remote command (built in :mod:`servefleet.adapters.remote`) whose
-output is parsed here, so a parser is tested with plain text: output in, fact out.
+Each fact comes from one remote command (built in :mod:`servefleet.adapters`) whose
+output is parsed here, so a parser is tested with plain data: output in, fact out.
 
 * :mod:`~servefleet.core.observed.container`: one container (``docker inspect``).
 * :mod:`~servefleet.core.observed.gate`: the health gate's mark and the ungated-engine rule.
 * :mod:`~servefleet.core.observed.deployment`: a deployment, the node, a release folder.
-* :mod:`~servefleet.core.observed.output`: the observe and releases commands' output.
+* :mod:`~servefleet.core.observed.answer`: the node reader's answer (the one read of a node).
+* :mod:`~servefleet.core.observed.output`: the releases command's output.
 * :mod:`~servefleet.core.observed.preflight`: the deploy preflight command's output.
 """
 
+from servefleet.core.observed.answer import observed_node, parse_answer
 from servefleet.core.observed.container import (
     COMPOSE_SERVICE_LABEL,
     COMPOSE_WORKING_DIR_LABEL,
@@ -18,16 +20,14 @@ from servefleet.core.observed.container import (
     ObservedContainer,
     ObservedEnvValue,
     as_adopted,
-    parse_container,
+    container_from_facts,
 )
 from servefleet.core.observed.deployment import ObservedDeployment, ObservedNode, ReleaseInfo
 from servefleet.core.observed.gate import GateMiss, gate_miss, parse_gate_mark
 from servefleet.core.observed.output import (
     END,
     MANIFEST_FILE,
-    OBSERVE_HEADER,
     RELEASES_HEADER,
-    parse_observation,
     parse_releases,
 )
 from servefleet.core.observed.preflight import PreflightFacts, parse_preflight
@@ -37,7 +37,6 @@ __all__ = [
     "COMPOSE_WORKING_DIR_LABEL",
     "END",
     "MANIFEST_FILE",
-    "OBSERVE_HEADER",
     "RELEASES_DIR",
     "RELEASES_HEADER",
     "RELEASE_LABEL",
@@ -49,10 +48,11 @@ __all__ = [
     "PreflightFacts",
     "ReleaseInfo",
     "as_adopted",
+    "container_from_facts",
     "gate_miss",
-    "parse_container",
+    "observed_node",
+    "parse_answer",
     "parse_gate_mark",
-    "parse_observation",
     "parse_preflight",
     "parse_releases",
 ]

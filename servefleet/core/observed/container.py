@@ -1,12 +1,13 @@
 """A container of a deployment's compose project, as the node reports it.
 
-:class:`ObservedContainer` is the one model of a node's containers; :func:`parse_container`
-reads one line of the observe command's ``docker inspect`` template into it.
+:class:`ObservedContainer` is the one model of a node's containers;
+:func:`container_from_facts` fills it from the node reader's answer.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import Field
 
@@ -35,11 +36,11 @@ class ObservedEnvValue(StrictModel):
 class ObservedContainer(StrictModel):
     """One container of a deployment's compose project, as ``docker inspect`` shows it.
 
-    The one model of a node's containers, filled by two readers: the observe command
-    (:func:`parse_container`; the plan, rollout, ``health`` and watch read it) and the drift
-    collector (:mod:`servefleet.adapters.drift_collect`; drift and the Pulumi provider read
-    it). Both fill the fields up to ``command``; the fields after it are read by the drift
-    collector alone and keep their empty defaults in an observe command's answer.
+    The one model of a node's containers, filled by the one reader of a node
+    (:mod:`servefleet.adapters.drift_collect`) for the plan, the rollout, ``health``, watch,
+    drift and the Pulumi providers. The fields up to ``command`` are always read; those
+    after it only when the read asks for the image, the marker and the boot log (drift and
+    the Pulumi providers do, the rollout does not), else they keep their empty defaults.
     """
 
     name: str
@@ -68,27 +69,27 @@ class ObservedContainer(StrictModel):
     command: tuple[str, ...] | None = None
     """``Config.Cmd``: the engine's command line after the image's entrypoint (``None``:
     not read)."""
-    # -- read by the drift collector only ----------------------------------------------------
     env: dict[str, ObservedEnvValue] = Field(default_factory=dict)
-    """``Config.Env``, values hashed on the node (drift collector only)."""
+    """``Config.Env``, values hashed on the node (names in the read's plain list keep
+    their values)."""
     image_id: str | None = None
-    """``Image``: the ID of the image it runs (drift collector only)."""
+    """``Image``: the ID of the image it runs."""
+    # -- read only with the image reads (drift, the Pulumi providers) ------------------------
     repo_digests: tuple[str, ...] = ()
-    """RepoDigests of the image it runs, ``repo@sha256:…`` (drift collector only)."""
+    """RepoDigests of the image it runs, ``repo@sha256:…``."""
     ref_image_id: str | None = None
     """Image ID that ``image_ref`` resolves to on the node now: another one than
-    ``image_id`` means the tag moved under the container (drift collector only)."""
+    ``image_id`` means the tag moved under the container."""
     image_env: dict[str, str] = Field(default_factory=dict)
     """The image's own environment, name → ``sha256:`` digest: set by the image, not by
-    compose (drift collector only)."""
+    compose."""
     image_labels: dict[str, str] = Field(default_factory=dict)
-    """The image's own labels (drift collector only)."""
+    """The image's own labels."""
     patch_marker_sha256: str | None = None
-    """sha256 of the overlay marker inside the container; ``None`` when absent (drift
-    collector only)."""
+    """sha256 of the overlay marker inside the container; ``None`` when absent."""
     patch_marker_checked: bool = False
-    """Whether the marker could be looked for: the container must run (drift collector
-    only; ``False`` in an observe command's answer)."""
+    """Whether the marker could be looked for: the container must run (``False`` also
+    when the read did not look)."""
 
     @property
     def running(self) -> bool:
@@ -127,24 +128,31 @@ class ObservedContainer(StrictModel):
         return f"{self.status} ({detail}exit {self.exit_code})"
 
 
-def parse_container(line: str) -> ObservedContainer:
-    """One line of the observe command's ``docker inspect`` template
-    (:data:`servefleet.adapters.remote.INSPECT_TEMPLATE`: its ``image`` is ``Config.Image``)."""
-    raw = json.loads(line)
-    labels = raw.get("labels") or {}
+def container_from_facts(raw: Mapping[str, Any]) -> ObservedContainer:
+    """One container as the node's reader reports it (the collector's ``container_facts``
+    of ``docker inspect``, plus its image reads when it made them), every field it read
+    filled in."""
     return ObservedContainer(
-        name=str(raw.get("name", "")).lstrip("/"),
-        status=str(raw.get("status", "unknown")),
+        id=str(raw.get("id") or ""),
+        name=str(raw.get("name") or "").lstrip("/"),
+        status=str(raw.get("status") or "unknown"),
         exit_code=int(raw.get("exit_code") or 0),
         oom_killed=bool(raw.get("oom_killed")),
         restart_count=int(raw.get("restart_count") or 0),
         started_at=raw.get("started_at") or None,
         health=raw.get("health") or None,
-        image_ref=raw.get("image") or None,
-        labels={str(k): str(v) for k, v in labels.items()},
-        id=str(raw.get("id") or ""),
+        image_ref=raw.get("image_ref") or None,
+        labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
         command=tuple(str(a) for a in raw["command"])
         if isinstance(raw.get("command"), list) else None,
+        env=raw.get("env") or {},
+        image_id=raw.get("image_id") or None,
+        repo_digests=tuple(raw.get("repo_digests") or ()),
+        ref_image_id=raw.get("ref_image_id") or None,
+        image_env=raw.get("image_env") or {},
+        image_labels=raw.get("image_labels") or {},
+        patch_marker_sha256=raw.get("patch_marker_sha256"),
+        patch_marker_checked=bool(raw.get("patch_marker_checked")),
     )
 
 

@@ -116,16 +116,16 @@ class ObservedDeployment(StrictModel):
 
 
 class ObservedNode(StrictModel):
-    """One observe command's answer: the lock and every asked-for deployment."""
+    """One read of a node: its lock and every asked-for deployment."""
 
     lock_owner: str | None = None
     """Content of the node lock's owner file (and its state line, see
     :mod:`servefleet.core.lockinfo`); ``None`` when the node is not locked."""
     deployments: dict[str, ObservedDeployment] = Field(default_factory=dict)
     """Deployments found on the node, by name; a name absent here has never been deployed."""
-    baselines_text: str | None = None
-    """Content of the node's KV baselines file (``None``: none, or not read), for the
-    planner's calibration (:mod:`servefleet.core.baselines` parses it)."""
+    baselines: Any = None
+    """The node's KV baselines file as JSON (``None``: none, unreadable, or not read), for
+    the planner's calibration (:func:`servefleet.core.baselines.book_from_json` reads it)."""
 
     @property
     def lock(self) -> LockInfo | None:

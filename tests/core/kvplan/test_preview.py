@@ -4,6 +4,7 @@ calibrated on the node's own KV baselines when it has some."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -110,8 +111,8 @@ def test_plan_item_preview_reads_the_observed_baselines(shipped: Project) -> Non
                     previous_profile="qwen36-fp8")
     assert plan_item_preview(shipped, item) == preview(
         shipped, "qwen36-fp8", "qwen36-fp8-mtp", "dgx-spark-1")
-    text = book(baseline(shipped, "qwen36-fp8", 1_500_000)).to_text()
-    calibrated = plan_item_preview(shipped, dataclasses.replace(item, node_baselines=text))
+    data = json.loads(book(baseline(shipped, "qwen36-fp8", 1_500_000)).to_text())
+    calibrated = plan_item_preview(shipped, dataclasses.replace(item, node_baselines=data))
     assert calibrated is not None
     assert calibrated.endswith("(calibrated on dgx-spark-1 release 20261120-fp8)")
     unchanged = dataclasses.replace(item, action="unchanged")
