@@ -37,8 +37,6 @@ FAILURE_GRACE_SECONDS = 3.0
 TAIL_LINES = 20
 RECONNECT_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Waits between attempts to reach the node again after a drop (the last one repeats)."""
-STATE_TIMEOUT_SECONDS = 30
-
 BOOT_DEADLINE = "boot_deadline"
 """Failure class: the engine was neither ready nor failed before the deadline."""
 ENGINE_EXITED = "engine_exited"

@@ -140,12 +140,7 @@ def read_release(deployment_dir: str, env_file: str, manifest_file: str,
     # The gate mark (``release=<id> started=<StartedAt> at=<time>``): which engine passed.
     # The adopted record (``release=<id> container=<id> name=<name>``), when one was.
     for record in ("gated", "adopted"):
-        try:
-            with open(deployment_dir + "/" + record, encoding="utf-8",
-                      errors="replace") as handle:
-                result[record] = handle.read(4096)
-        except OSError:
-            result[record] = None
+        result[record] = read_text(deployment_dir + "/" + record)
     try:
         target = os.readlink(deployment_dir + "/current")
     except OSError:
@@ -310,11 +305,12 @@ def collect_docker(request: dict[str, Any], without_current: set[str]) -> dict[s
         plain = set(spec.get("plain_env") or ())
         raws = [inspected[c] for c in ids[name] if c in inspected]
         raw = pick_container(raws)
+        facts = [container_facts(r, plain) for r in raws]
         entry: dict[str, Any] = {"container": None, "others": max(0, len(raws) - 1),
-                                 "containers": [container_facts(r, plain) for r in raws]}
+                                 "containers": facts}
         if raw is not None:
-            entry["container"] = container_facts(raw, plain)
-            chosen[name] = entry["container"]
+            # The chosen one is one of them, read once.
+            entry["container"] = chosen[name] = facts[raws.index(raw)]
         if spec.get("candidate") in by_name:
             entry["candidate"] = container_facts(by_name[spec["candidate"]], set())
         result["deployments"][name] = entry
