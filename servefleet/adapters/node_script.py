@@ -22,13 +22,20 @@ PART_MARKER = "# ---- node script part: the node gets the lines below, those abo
 """The line that starts what a later part adds to the program."""
 
 
+def _read_part(package: str, part: str) -> bytes:
+    # "servefleet.core.gpu:probe_parse.py" names a file of another package: a pure part
+    # that the core uses too lives there.
+    owner, _, name = part.rpartition(":")
+    return resources.files(owner or package).joinpath(name).read_bytes()
+
+
 def assemble(package: str, parts: Sequence[str]) -> bytes:
     """The program made of the files ``parts`` of ``package``, in that order (see the
-    module docstring). Raises :class:`ValueError` where a later part has no marker line, or
-    more than one, or the first part has one."""
+    module docstring); a part written ``other.package:file.py`` is read from that package.
+    Raises :class:`ValueError` where a later part has no marker line, or more than one, or
+    the first part has one."""
     marker = b"\n" + PART_MARKER.encode() + b"\n"
-    folder = resources.files(package)
-    texts = [folder.joinpath(name).read_bytes() for name in parts]
+    texts = [_read_part(package, name) for name in parts]
     if marker in b"\n" + texts[0]:
         raise ValueError(f"{package}: {parts[0]} is the first part: it has no marker line")
     program = [texts[0]]

@@ -69,37 +69,31 @@ def test_script_imports_only_the_standard_library() -> None:
 def test_probe_script_source_is_the_parts_joined() -> None:
     _, marker, body = SCRIPT.read_bytes().partition(f"\n{PART_MARKER}\n".encode())
     assert marker
-    assert probe_script_source() == (SCRIPT.parent / "probe_parse.py").read_bytes() + body
+    first = Path(core.__file__).with_name("probe_parse.py")
+    assert probe_script_source() == first.read_bytes() + body
 
 
-# --------------------------------------------------------------------------- twin parsers
+# --------------------------------------------------------------------------- one parser
+# The node's probe and the controller parse nvidia-smi with the same code
+# (servefleet.core.gpu.probe_parse); the controller's side only types its dicts.
 
 
-def test_twin_parsers_agree_on_smi_q(nvml_fixtures: Path) -> None:
+def test_smi_q_header_gives_the_cuda_version(nvml_fixtures: Path) -> None:
     for text in ((nvml_fixtures / "h200-nvidia-smi-q.txt").read_text(),
                  recorded("h200-smi-q-head.txt")):
-        assert script.parse_smi_q(text) == core.parse_smi_q(text)
-        assert script.parse_smi_q(text)["cuda_version"] == "13.0"
+        assert core.parse_smi_q(text)["cuda_version"] == "13.0"
 
 
-@pytest.mark.parametrize("text", [recorded("h200-smi-query-gpu.csv"), GB10_QUERY_GPU])
-def test_twin_parsers_agree_on_query_gpu(text: str) -> None:
-    assert script.parse_smi_gpus_csv(text) == [
-        row.model_dump() for row in core.parse_smi_gpus_csv(text)]
-
-
-def test_twin_parsers_agree_on_compute_apps() -> None:
-    text = recorded("h200-smi-query-apps.csv") + ODD_APPS
-    parsed = script.parse_smi_apps_csv(text)
-    assert parsed == [app.model_dump() for app in core.parse_smi_apps_csv(text)]
-    assert len(parsed) == 2
-
-
-def test_twin_parsers_agree_on_meminfo_and_cuda_version() -> None:
-    host = script.parse_meminfo(GB10_MEMINFO)
-    assert core.HostFacts(**host) == core.parse_meminfo(GB10_MEMINFO)
-    for value in (13000, 12080, 11040):
-        assert script.cuda_version_string(value) == core.cuda_version_from_nvml(value)
+def test_typed_rows_keep_every_field_the_script_writes() -> None:
+    for text in (recorded("h200-smi-query-gpu.csv"), GB10_QUERY_GPU):
+        assert script.parse_smi_gpus_csv(text) == [
+            row.model_dump() for row in core.parse_smi_gpus_csv(text)]
+    apps = recorded("h200-smi-query-apps.csv") + ODD_APPS
+    assert len(core.parse_smi_apps_csv(apps)) == 2
+    assert core.parse_meminfo(GB10_MEMINFO).mem_total_bytes == \
+        script.parse_meminfo(GB10_MEMINFO)["mem_total_bytes"]
+    assert [core.cuda_version_from_nvml(v) for v in (13000, 12080, 11040)] == [
+        "13.0", "12.8", "11.4"]
 
 
 @pytest.mark.parametrize(("gpus_csv", "apps_csv"), [
@@ -107,13 +101,15 @@ def test_twin_parsers_agree_on_meminfo_and_cuda_version() -> None:
     (GB10_QUERY_GPU, ODD_APPS.replace("GPU-x", "GPU-5c1e0a52-7f0e-4c1d-9b2a-0e6f3d2a1b4c")),
     (GB10_QUERY_GPU, None),
 ])
-def test_script_and_core_build_the_same_smi_result(gpus_csv: str, apps_csv: str | None) -> None:
+def test_smi_route_result_is_a_valid_probe_result(gpus_csv: str, apps_csv: str | None) -> None:
     q_text = recorded("h200-smi-q-head.txt")
     host = script.host_facts("x86_64", GB10_MEMINFO)
     built = script.build_from_smi(gpus_csv, apps_csv, q_text, host, ["pynvml not installed"])
-    expected = core.result_from_nvidia_smi(gpus_csv, apps_csv, q_text, core.HostFacts(**host),
-                                           ["pynvml not installed"])
-    assert core.GpuProbeResult.model_validate(built) == expected
+    result = core.result_from_nvidia_smi(gpus_csv, apps_csv, q_text, core.HostFacts(**host),
+                                         ["pynvml not installed"])
+    assert core.GpuProbeResult.model_validate(built) == result
+    assert (result.source, result.cuda_driver_version) == ("nvidia-smi", "13.0")
+    assert result.gpus and all(g.uuid for g in result.gpus)
 
 
 # --------------------------------------------------------------------------- NVML route

@@ -3,8 +3,8 @@
 The script is sent as ``python3 -`` on stdin, so nothing needs installing on the node beyond
 python3; it reads NVML through pynvml when present and falls back to nvidia-smi. It is kept
 in two parts, joined into one program when sent (:data:`PROBE_PARTS`): the pure parsing
-(:mod:`.probe_parse`, which describes the program) and the reads with the entry point
-(:mod:`.probe_script`).
+(:mod:`servefleet.core.gpu.probe_parse`, which describes the program; the controller parses
+with it too) and the reads with the entry point (:mod:`.probe_script`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ provides it: runs ``argv`` on the node with ``stdin`` fed to it."""
 
 PROBE_TIMEOUT_SECONDS = 120
 """Local runs only: the script's own nvidia-smi calls give up after 30 s each."""
-PROBE_PARTS = ("probe_parse.py", "probe_script.py")
+PROBE_PARTS = ("servefleet.core.gpu:probe_parse.py", "probe_script.py")
 """The probe script's parts, in the order they are joined (see
 :mod:`servefleet.adapters.node_script`)."""
 

@@ -1,6 +1,6 @@
 """The GPU probe's reads (NVML, nvidia-smi, CUDA, the host) and its entry point,
 :func:`main`: the last part of the program sent to a node, after
-:mod:`servefleet.adapters.gpu_probe.probe_parse`, whose docstring describes the program
+:mod:`servefleet.core.gpu.probe_parse`, whose docstring describes the program
 (:func:`servefleet.adapters.gpu_probe.probe_script_source` joins them). Imported here, this
 module gives every name of the program, the parsing's too.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servefleet.adapters.gpu_probe.probe_parse import (
+from servefleet.core.gpu.probe_parse import (
     MIB,
     SCHEMA_VERSION,
     SMI_GPU_FIELDS,

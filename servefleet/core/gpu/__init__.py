@@ -2,15 +2,16 @@
 
 The probe script (``servefleet/adapters/gpu_probe/probe_script.py``) runs on the node and
 prints one JSON object; :func:`parse_probe_json` turns it into a :class:`GpuProbeResult`.
-The nvidia-smi parsers here are the typed twins of the script's own (the script must stay
-self-contained); tests feed both the same outputs.
+The nvidia-smi parsers here type the dicts of the script's own (:mod:`.probe_parse`, the
+pure first part of the program the node runs).
 
 :func:`compare_with_inventory` lists how the reading differs from what the inventory says
 (:class:`ExpectedGpuFacts`); :func:`free_memory_check` and :func:`foreign_processes` are the
 deploy preflight's questions.
 
 * :mod:`~servefleet.core.gpu.probe`: the probe's result.
-* :mod:`~servefleet.core.gpu.smi`: nvidia-smi's outputs, parsed.
+* :mod:`~servefleet.core.gpu.probe_parse`: the probe's pure part (the node runs it).
+* :mod:`~servefleet.core.gpu.smi`: nvidia-smi's outputs, parsed and typed.
 * :mod:`~servefleet.core.gpu.inventory_check`: the reading against the inventory.
 * :mod:`~servefleet.core.gpu.preflight`: the deploy preflight's questions.
 """

@@ -6,7 +6,9 @@ pure parsing) followed by :mod:`servefleet.adapters.gpu_probe.probe_script` (the
 :func:`main`), joined by :func:`servefleet.adapters.gpu_probe.probe_script_source`. So it
 must stay self-contained: standard library only, no servefleet imports (but the later
 part's imports of this one, which stay on this machine), and syntax that Python 3.7 still
-accepts (nodes run whatever python3 their distribution ships).
+accepts (nodes run whatever python3 their distribution ships). Being pure, it lives in the
+core: :mod:`servefleet.core.gpu.smi` types its dicts for the controller, so the node and
+the controller parse nvidia-smi with the same code.
 
 Sources, in order:
 
@@ -32,9 +34,6 @@ context on every GPU) the script also reads ``cuda_memory``: each device's total
 memory as CUDA reports them (``cuMemGetInfo`` through ``libcuda``, where
 ``torch.cuda.mem_get_info`` ends), which is what vLLM multiplies by
 ``gpu_memory_utilization``: a GB10 reports 121.69 GiB there, an RTX 5090 31.37 GiB.
-
-The parsing below is mirrored by the typed functions in ``servefleet.core.gpu``; tests run
-both on the same inputs so the two cannot drift apart.
 """
 
 from __future__ import annotations
