@@ -1,5 +1,5 @@
-"""What the Pulumi providers share: Pulumi's values read back, engine flags as a property,
-quiet libraries and the progress lines ``pulumi up`` shows."""
+"""What the Pulumi providers share: their create and update, Pulumi's values read back,
+engine flags as a property, quiet libraries and the progress lines ``pulumi up`` shows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,46 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pulumi.dynamic
+
+from servefleet.core.errors import ServefleetError
 from servefleet.core.secrets import SecretMask
+
+
+class ServefleetProvider(pulumi.dynamic.ResourceProvider):
+    """A servefleet resource's provider: ``create`` and ``update`` roll the resource out
+    through :meth:`apply` and report servefleet's own error as it is. Stateless: it holds
+    no attribute, and every value it needs comes from the resource's properties."""
+
+    # The pickled provider holds nothing secret: keep it readable in the state, and let
+    # Pulumi mark it secret only if a secret was ever captured by mistake.
+    serialize_as_secret_always = False
+
+    def apply(self, props: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+        """Roll the resource out to ``props`` (``previous``: its inputs before an update)
+        and return its outputs."""
+        raise NotImplementedError
+
+    def resource_id(self, props: dict[str, Any]) -> str:
+        """The id Pulumi keeps for a resource created from ``props``."""
+        raise NotImplementedError
+
+    def _applied(self, props: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+        try:
+            return self.apply(props, previous)
+        except ServefleetError as error:
+            # Pulumi shows the traceback: keep it to this frame and the message.
+            raise error.with_traceback(None) from None
+
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        """Roll the new resource out."""
+        return pulumi.dynamic.CreateResult(id_=self.resource_id(props),
+                                           outs=self._applied(props, None))
+
+    def update(self, _id: str, _olds: dict[str, Any],
+               _news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
+        """Roll the resource to its new inputs (gated; what ran before restored on failure)."""
+        return pulumi.dynamic.UpdateResult(outs=self._applied(_news, _olds))
 
 
 def _mapping(value: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import pulumi.dynamic
 
 from servefleet.adapters.gateway.rollout import GatewayResult, current_release, roll_out
 from servefleet.adapters.gateway.runtime_api import api_through
+from servefleet.adapters.pulumi_common import ServefleetProvider
 from servefleet.adapters.pulumi_provider import RESOURCE_MODULE
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.errors import ConfigError, ServefleetError
@@ -80,19 +81,16 @@ def apply_gateway(props: dict[str, Any]) -> dict[str, Any]:
     return _outs(props, result)
 
 
-class GatewayProvider(pulumi.dynamic.ResourceProvider):
+class GatewayProvider(ServefleetProvider):
     """Pulumi dynamic provider of :class:`GatewayResource`."""
 
-    serialize_as_secret_always = False
+    def apply(self, props: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+        """Roll the gateway out on its node (gated; the old one restored on failure)."""
+        return apply_gateway(props)
 
-    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
-        """Roll the gateway out on its node."""
-        try:
-            outs = apply_gateway(props)
-        except ServefleetError as error:
-            raise error.with_traceback(None) from None
-        return pulumi.dynamic.CreateResult(id_=f"{props['node']}/{GATEWAY_DEPLOYMENT}",
-                                           outs=outs)
+    def resource_id(self, props: dict[str, Any]) -> str:
+        """``<node>/gateway``."""
+        return f"{props['node']}/{GATEWAY_DEPLOYMENT}"
 
     def diff(self, _id: str, _olds: dict[str, Any],
              _news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
@@ -104,15 +102,6 @@ class GatewayProvider(pulumi.dynamic.ResourceProvider):
         return pulumi.dynamic.DiffResult(changes=changed or drifted,
                                          replaces=["node"] if _olds.get("node") !=
                                          _news.get("node") else [])
-
-    def update(self, _id: str, _olds: dict[str, Any],
-               _news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
-        """Roll the gateway to the new release (gated; the old one restored on failure)."""
-        try:
-            outs = apply_gateway(_news)
-        except ServefleetError as error:
-            raise error.with_traceback(None) from None
-        return pulumi.dynamic.UpdateResult(outs=outs)
 
     def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
         """The release the node runs now, and each engine's state (``pulumi refresh``)."""

@@ -59,6 +59,7 @@ import pulumi
 import pulumi.dynamic
 
 from servefleet.adapters.pulumi_common import (
+    ServefleetProvider,
     _int,
     _mapping,
     _quiet_libraries,
@@ -417,19 +418,16 @@ def stop_ranks(props: Mapping[str, Any], transport_factory: Factory | None = Non
 
 
 # -- the provider -------------------------------------------------------------------------------
-class MultiNodeDeploymentProvider(pulumi.dynamic.ResourceProvider):
-    """Pulumi dynamic provider of :class:`MultiNodeDeploymentResource` (stateless: it holds
-    no attribute, and every value it needs comes from the resource's properties)."""
+class MultiNodeDeploymentProvider(ServefleetProvider):
+    """Pulumi dynamic provider of :class:`MultiNodeDeploymentResource`."""
 
-    serialize_as_secret_always = False
+    def apply(self, props: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+        """Roll every rank out as one unit (gated; every rank restored on failure)."""
+        return apply(props)
 
-    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
-        """Deploy every rank as one unit."""
-        try:
-            outs = apply(props)
-        except ServefleetError as error:
-            raise error.with_traceback(None) from None
-        return pulumi.dynamic.CreateResult(id_=deployment_of(props).key, outs=outs)
+    def resource_id(self, props: dict[str, Any]) -> str:
+        """The multi-node deployment's key."""
+        return deployment_of(props).key
 
     def diff(self, _id: str, _olds: dict[str, Any],
              _news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
@@ -441,15 +439,6 @@ class MultiNodeDeploymentProvider(pulumi.dynamic.ResourceProvider):
         return pulumi.dynamic.DiffResult(changes=bool(reasons or bumped),
                                          replaces=["nodes"] if replaced else [],
                                          delete_before_replace=True)
-
-    def update(self, _id: str, _olds: dict[str, Any],
-               _news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
-        """Roll every rank to the new release (gated; every rank restored on failure)."""
-        try:
-            outs = apply(_news)
-        except ServefleetError as error:
-            raise error.with_traceback(None) from None
-        return pulumi.dynamic.UpdateResult(outs=outs)
 
     def delete(self, _id: str, _props: dict[str, Any]) -> None:
         """Stop every rank's engine; the releases stay for a later deploy."""

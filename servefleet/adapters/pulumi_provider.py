@@ -38,11 +38,11 @@ import pulumi.dynamic
 
 # Re-exported: the single-node provider's names, which the multi-node one and tests use.
 from servefleet.adapters.gateway.follow import following_gateway
+from servefleet.adapters.pulumi_common import ServefleetProvider, plain_inputs, with_outputs
 from servefleet.adapters.pulumi_common import _int as _int
 from servefleet.adapters.pulumi_common import _mapping as _mapping
 from servefleet.adapters.pulumi_common import _quiet_libraries as _quiet_libraries
 from servefleet.adapters.pulumi_common import flags_property as flags_property
-from servefleet.adapters.pulumi_common import plain_inputs, with_outputs
 from servefleet.adapters.pulumi_common import progress_printer as progress_printer
 from servefleet.adapters.pulumi_observe import HEALTHY as HEALTHY
 from servefleet.adapters.pulumi_observe import _health as _health
@@ -366,21 +366,16 @@ def apply(props: Mapping[str, Any], previous: Mapping[str, Any] | None = None,
 
 
 # -- the provider -------------------------------------------------------------------------------
-class NodeDeploymentProvider(pulumi.dynamic.ResourceProvider):
+class NodeDeploymentProvider(ServefleetProvider):
     """Pulumi dynamic provider of :class:`NodeDeployment` (stateless: see the module doc)."""
 
-    # The pickled provider holds nothing secret: keep it readable in the state, and let
-    # Pulumi mark it secret only if a secret was ever captured by mistake.
-    serialize_as_secret_always = False
+    def apply(self, props: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+        """Deploy every deployment of the node (health-gated, restored on failure)."""
+        return apply(props, previous=previous)
 
-    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
-        """Deploy every deployment of the node."""
-        try:
-            outs = apply(props)
-        except ServefleetError as error:
-            # Pulumi shows the traceback: keep it to this frame and the message.
-            raise error.with_traceback(None) from None
-        return pulumi.dynamic.CreateResult(id_=str(props["node"]), outs=outs)
+    def resource_id(self, props: dict[str, Any]) -> str:
+        """The node's name."""
+        return str(props["node"])
 
     def diff(self, _id: str, _olds: dict[str, Any],
              _news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
@@ -390,15 +385,6 @@ class NodeDeploymentProvider(pulumi.dynamic.ResourceProvider):
         bumped = _olds.get("providerVersion") != _news.get("providerVersion")
         moved = _olds.get("address") != _news.get("address")
         return pulumi.dynamic.DiffResult(changes=bool(changes or bumped or moved))
-
-    def update(self, _id: str, _olds: dict[str, Any],
-               _news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
-        """Roll the node to the new inputs (health-gated, restored on failure)."""
-        try:
-            outs = apply(_news, previous=_olds)
-        except ServefleetError as error:
-            raise error.with_traceback(None) from None
-        return pulumi.dynamic.UpdateResult(outs=outs)
 
     def delete(self, _id: str, _props: dict[str, Any]) -> None:
         """Stop the node's engines; their releases stay for a later rollback."""
