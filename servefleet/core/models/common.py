@@ -91,6 +91,16 @@ def _check_single_line(value: str) -> str:
     return _check_text(value)
 
 
+SHA256_HEX_RE = re.compile(r"^[0-9a-f]{64}\Z")
+"""A sha256 digest in hex, as ``sha256sum`` prints it."""
+
+
+def _check_sha256(value: str) -> str:
+    if not SHA256_HEX_RE.match(value):
+        raise ValueError(f"{value!r} is not a sha256 hex digest (64 lower-case hex digits)")
+    return value
+
+
 Text = Annotated[str, AfterValidator(_check_text)]
 """Any string that reaches a rendered file, a log line or a command: printable characters
 only (no newline, tab, escape or NUL). Every other string type here builds on it."""
@@ -112,6 +122,9 @@ ContainerName = Annotated[str, AfterValidator(_check_container_name)]
 
 SingleLine = Annotated[str, AfterValidator(_check_single_line)]
 """Free text on one line (env values, labels): :data:`Text` under its older name."""
+
+Sha256Hex = Annotated[str, AfterValidator(_check_sha256)]
+"""The sha256 a pinned file must have (64 lower-case hex digits): a mismatch is refused."""
 
 
 class StrictModel(BaseModel):

@@ -7,7 +7,7 @@ A field left at ``None`` is not rendered: the engine's own default applies.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
@@ -16,6 +16,7 @@ from servefleet.core.models.common import (
     JsonText,
     Name,
     SafeToken,
+    Sha256Hex,
     SingleLine,
     StrictModel,
     Text,
@@ -26,7 +27,6 @@ from servefleet.core.models.health import HealthExpectations
 from servefleet.core.models.weights import ModelSource
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
 IMAGE_REF_RE = re.compile(
     r"^(?:[a-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._/-][a-z0-9]+)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z"
 )
@@ -36,6 +36,7 @@ ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
 PIP_REQ_RE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._-]+\])?(?:[=<>!~]=?[A-Za-z0-9.*+!-]+)?\Z"
 )
+_EnvNames = TypeVar("_EnvNames", dict[str, str], list[str])
 
 Engine = Literal["vllm", "llama.cpp"]
 Platform = Literal["linux/amd64", "linux/arm64"]
@@ -104,7 +105,7 @@ class ModelConfigRef(StrictModel):
 
     file: SafeToken
     """Path relative to ``profiles/``, e.g. ``models/qwen3.6-35b-a3b.config.json``."""
-    sha256: Text
+    sha256: Sha256Hex
     """Expected sha256 of that file; a mismatch is refused rather than planned from."""
 
     @field_validator("file")
@@ -112,13 +113,6 @@ class ModelConfigRef(StrictModel):
     def _file_inside(cls, value: str) -> str:
         if value.startswith("/") or ".." in value.split("/"):
             raise ValueError("'file' must be relative to the profiles folder, without '..'")
-        return value
-
-    @field_validator("sha256")
-    @classmethod
-    def _sha_format(cls, value: str) -> str:
-        if not SHA256_RE.match(value):
-            raise ValueError(f"{value!r} is not a sha256 hex digest (64 lower-case hex digits)")
         return value
 
 
@@ -344,7 +338,7 @@ class PatchOverlay(StrictModel):
     """Diff file, relative to the profiles folder (e.g. ``patches/pr40798.diff``)."""
     url: SafeToken | None = None
     """Or a URL to fetch at build time (``https://github.com/…/pull/N.diff``)."""
-    sha256: Text
+    sha256: Sha256Hex
     """Expected sha256 of the diff; a mismatch fails the render (file) or build (URL)."""
     target: SafeToken = "vllm"
     """Installed package the paths are relative to."""
@@ -355,13 +349,6 @@ class PatchOverlay(StrictModel):
     provides: list[SafeToken] = Field(default_factory=list)
     """Capabilities this patch adds, used by rules (e.g. ``turboquant-workspace-reservation``,
     ``turboquant-hybrid``, ``fp8-lm-head-dispatch``)."""
-
-    @field_validator("sha256")
-    @classmethod
-    def _sha_format(cls, value: str) -> str:
-        if not SHA256_RE.match(value):
-            raise ValueError(f"{value!r} is not a sha256 hex digest (64 lower-case hex digits)")
-        return value
 
     @model_validator(mode="after")
     def _file_or_url(self) -> PatchOverlay:
@@ -418,17 +405,10 @@ class Profile(StrictModel):
     shm_size: SafeToken | None = None
     """Shared memory when ``ipc: host`` is not wanted; ``None`` = ``ipc: host``."""
 
-    @field_validator("env")
+    @field_validator("env", "secret_env")
     @classmethod
-    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
-        for key in env:
-            if not ENV_NAME_RE.match(key):
-                raise ValueError(f"{key!r} is not an environment variable name (A-Z, 0-9, _)")
-        return env
-
-    @field_validator("secret_env")
-    @classmethod
-    def _secret_names(cls, names: list[str]) -> list[str]:
+    def _env_names(cls, names: _EnvNames) -> _EnvNames:
+        # The keys of ``env``, the items of ``secret_env``: both name variables.
         for key in names:
             if not ENV_NAME_RE.match(key):
                 raise ValueError(f"{key!r} is not an environment variable name (A-Z, 0-9, _)")

@@ -20,10 +20,9 @@ from typing import Literal
 
 from pydantic import field_validator, model_validator
 
-from servefleet.core.models.common import SafeToken, StrictModel, Text
+from servefleet.core.models.common import SafeToken, Sha256Hex, StrictModel, Text
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}\Z")
-SHA256_HEX_RE = re.compile(r"^[0-9a-f]{64}\Z")
 REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\Z")
 # The core does no network I/O, urllib included: an https URL is read with a pattern.
@@ -45,7 +44,7 @@ class ModelSource(StrictModel):
     """One file of the repository (``Qwen3.6-35B-A3B-Q4_K_M.gguf``), instead of a snapshot."""
     url: Text | None = None
     """Or an ``https://`` URL of one file."""
-    sha256: SafeToken | None = None
+    sha256: Sha256Hex | None = None
     """sha256 of the file (``file`` and ``url`` sources); a different download is refused."""
 
     @field_validator("repo")
@@ -72,13 +71,6 @@ class ModelSource(StrictModel):
         if match is None or not FILE_NAME_RE.match(match[1].rsplit("/", 1)[-1]):
             raise ValueError(f"{value!r} must be an https:// URL whose path ends in a file "
                              "name (letters, digits, . _ + -)")
-        return value
-
-    @field_validator("sha256")
-    @classmethod
-    def _sha(cls, value: str | None) -> str | None:
-        if value is not None and not SHA256_HEX_RE.match(value):
-            raise ValueError(f"{value!r} is not a sha256 hex digest (64 lower-case hex digits)")
         return value
 
     @model_validator(mode="after")
