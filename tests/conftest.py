@@ -24,9 +24,9 @@ from click.testing import CliRunner, Result
 
 from servefleet.sim.hub import LocalHub
 from servefleet.sim.testbed import FleetHandle
+from tests.reference_project import REPO_ROOT
 from tests.shared_data import shared_missing
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
 
 

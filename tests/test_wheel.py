@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.reference_project import REPO_ROOT
+
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "servefleet", "templates", "healthchecks",
            "profiles")
 

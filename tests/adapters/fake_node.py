@@ -40,9 +40,9 @@ from servefleet.core.models import Deployment, Node
 from servefleet.core.observed import ObservedNode
 from servefleet.core.project import Project, load_project
 from servefleet.core.secrets import SecretMask
+from tests.reference_project import REPO_ROOT
 
 FAKE_DOCKER = Path(__file__).with_name("fake_docker.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def short_temp_dir(prefix: str) -> Iterator[Path]:

@@ -45,8 +45,8 @@ from servefleet.core.project import load_nodes, load_project
 from servefleet.core.render import RenderedRelease, hashed_env_text, render_release
 from servefleet.core.secrets import secret_digest
 from servefleet.sim.testbed import FleetHandle
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hf_not_a_real_token_5678"
 
 
@@ -100,7 +100,7 @@ def test_collector_reads_the_release_like_the_renderer_hashes_it(
 
     observation = observation_from_answer("dgx-spark-1", json.dumps(answer), queries)
     state = observation.deployments["main"]
-    assert state.file_hashes == release.file_hashes and state.container is None
+    assert state.file_hashes == release.file_hashes and state.engine_container is None
     assert state.docker_error is not None
 
 
@@ -257,15 +257,19 @@ def test_one_answer_gives_the_rollout_and_drift_the_same_container() -> None:
     """One reader of a node: the rollout's view (plan, health, watch) and drift's view of
     the same answer hold the same container, with the same values."""
     facts = script.container_facts(INSPECTED, {"MODE"})
+    # A left-over of the same project, exited: the collector chooses the running one.
+    left_over = script.container_facts(
+        {**INSPECTED, "Id": "5e" * 32, "Name": "/servefleet-main-engine-2",
+         "State": {"Status": "exited", "ExitCode": 137}}, {"MODE"})
     deployment = {"present": True, "current": "aaaaaaaaaaaa", "files": {}, "others": 1,
-                  "container": facts, "containers": [facts]}
+                  "container": facts, "containers": [left_over, facts]}
     answer = {"schema": 1, "docker_error": None, "gpu": None, "gpu_error": None,
               "errors": [], "deployments": {"main": deployment}}
     state = observation_from_answer("n", json.dumps(answer), [DeploymentQuery("main")])
-    collected = state.deployments["main"].container
-    [observed] = observed_node(answer, ["main"]).deployments["main"].containers
+    collected = state.deployments["main"].engine_container
+    observed = observed_node(answer, ["main"]).deployments["main"].running_container
     assert isinstance(observed, ObservedContainer) and isinstance(collected, ObservedContainer)
-    assert state.deployments["main"].others == 1
+    assert state.deployments["main"].other_containers == 1
     assert observed == collected
     assert observed.name == "servefleet-main-engine-1" and observed.running
     assert observed.image_ref == "vllm/vllm-openai:v0.21.0" and observed.restart_count == 2

@@ -7,7 +7,6 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +21,8 @@ from servefleet.adapters.health_gate import (
 from servefleet.adapters.probes import EngineClient
 from servefleet.core.bootlog import BootFacts, parse_text
 from servefleet.core.project import load_nodes, load_profiles
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "(EngineCore pid=96) INFO 11-21 10:00:0{n} [{src}:1] "
 
 

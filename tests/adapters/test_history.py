@@ -24,8 +24,8 @@ from servefleet.core.bootlog import BootFacts, BootLogParser
 from servefleet.core.errors import RemoteError
 from servefleet.core.models import Deployment
 from servefleet.core.project import Project, load_project, profile_identity
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LOGS = REPO_ROOT / "tests/core/bootlog/data/llamacpp-real-gpu"
 NODE = "rtx5090"
 PROFILE = "qwen36-q4-llamacpp"

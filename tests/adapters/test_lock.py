@@ -18,8 +18,7 @@ from servefleet.core.errors import LockHeld
 from servefleet.core.lockinfo import parse_lock
 from servefleet.core.project import load_project
 from tests.adapters.fake_node import FakeNodeTransport
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.reference_project import REPO_ROOT
 
 
 def transport(tmp_path: Path) -> SshTransport:

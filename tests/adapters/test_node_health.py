@@ -24,8 +24,7 @@ from servefleet.adapters.node_health import (
 from servefleet.core.baselines import BASELINE_FILE, BaselineBook, parse_book, record
 from servefleet.core.bootlog import parse_text
 from servefleet.core.project import load_profiles, profile_identity
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.reference_project import REPO_ROOT
 
 # Two runs of one container: the first died at boot, the second became ready.
 LOG = b"""\

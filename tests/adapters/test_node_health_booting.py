@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 
 import pytest
 
@@ -24,9 +23,9 @@ from servefleet.core.models import Node
 from servefleet.core.observed import ObservedContainer
 from servefleet.core.project import Project, load_project
 from servefleet.core.secrets import SecretMask
+from tests.reference_project import REPO_ROOT
 from tests.shared_data import BOOT_LOGS, shared_missing
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = BOOT_LOGS
 BOOT_LOG = "vllm-0.20.0-gb10-gemma-4-26b-a4b-it-04.log"
 ROUTES_LISTED = 149

@@ -19,10 +19,10 @@ from servefleet.adapters.observe import observe_command, parse_observed
 from servefleet.core.errors import RemoteError
 from servefleet.core.models import Node
 from servefleet.core.project import load_project
+from tests.reference_project import REPO_ROOT
 
 ALICE = "alice@a pid=1 since=T op=deploy id=aaaa11112222"
 FAKE_DOCKER = Path(__file__).with_name("fake_docker.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def node(base: Path) -> Node:

@@ -32,8 +32,8 @@ from servefleet.core.models import Profile
 from servefleet.core.project import load_profiles
 from servefleet.core.render.engine_args import engine_command
 from servefleet.sim.standin import PLACEHOLDER_VLLM_DIR
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 GB10 = {"STANDIN_GPU_NAME": "NVIDIA GB10", "STANDIN_GPU_MEMORY_GIB": "128",
         "STANDIN_UNIFIED_MEMORY": "true", "STANDIN_COMPUTE_CAPABILITY": "12.1"}
 RTX_5090 = {"STANDIN_GPU_NAME": "NVIDIA GeForce RTX 5090", "STANDIN_GPU_MEMORY_GIB": "32",

@@ -34,8 +34,8 @@ from servefleet.adapters.pulumi_provider import (
 from servefleet.core.errors import ServefleetError
 from servefleet.core.project import load_project
 from servefleet.core.render import render_release
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HF_TOKEN = "hf_mocked-program-secret-4242"
 PROVIDER_KEY = "__provider"
 

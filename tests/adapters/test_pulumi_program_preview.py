@@ -5,7 +5,6 @@ returns what a node would have answered; the program never connects in these tes
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -18,8 +17,8 @@ from servefleet.core.errors import UnreachableNode
 from servefleet.core.kvplan.preview import plan_item_preview
 from servefleet.core.plan import PlanItem
 from servefleet.core.project import Project, load_project
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 MTP_ON = ("main: MTP on: KV pool ≈ 1.08M tokens (−20%; blocks −14%), CUDA graphs "
           "FULL_AND_PIECEWISE → PIECEWISE (FlashInfer off SM100), concurrency at 131,072 ≈ "
           "8.3× (modelled cold)")

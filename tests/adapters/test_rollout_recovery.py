@@ -48,8 +48,8 @@ from servefleet.core.observed import ObservedDeployment
 from servefleet.core.plan import plan, recovery_notes
 from servefleet.core.project import Project, load_project
 from servefleet.core.render import RenderedRelease
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE = "rtx5090"
 PROFILE = "qwen36-q4-llamacpp"
 SECRETS = {"HF_TOKEN": "hf_recovery_test_secret"}

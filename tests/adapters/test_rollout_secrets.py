@@ -26,7 +26,6 @@ from servefleet.core.envdigest import keyed_value_digests
 from servefleet.core.project import Project
 from servefleet.core.render.release import ENV_FILE
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE = "dgx-spark-1"
 PROFILE = "qwen36-fp8"
 OLD = "hf_rotation_test_old_value"

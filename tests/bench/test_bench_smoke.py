@@ -23,8 +23,8 @@ from typing import NoReturn
 import pytest
 
 from servefleet.sim.testbed import FleetHandle
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCH = REPO_ROOT / "bench"
 
 

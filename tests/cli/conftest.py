@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.reference_project import REPO_ROOT
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ from pathlib import Path
 
 from click.testing import Result
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 Run = Callable[..., Result]
 """The real ``servefleet`` bound to this module's project copy and stack."""
 

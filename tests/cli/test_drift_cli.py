@@ -30,9 +30,7 @@ from servefleet.core.baselines import BASELINE_FILE, BaselineBook, parse_book
 from servefleet.core.models import Node
 from servefleet.core.project import Project, load_project
 from servefleet.sim.testbed import FleetHandle
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
+from tests.reference_project import REPO_ROOT
 
 Run = Callable[..., Result]
 """The real ``servefleet`` (``run`` binds it to the project copy and the reference stack)."""

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from click.testing import Result
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.reference_project import REPO_ROOT
+
 # Any well-formed ed25519 public key: the connection is refused before a key is compared.
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDLNm5MKrm1eiSycIRgkU2xwJHw1VpN2JEZYmgk/hRgb"
 

@@ -3,13 +3,11 @@ are those of a real vLLM CPU boot, cleaned as the rollout cleans them before emi
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from servefleet.adapters.rollout import ProgressEvent
 from servefleet.cli.progress import event_line, render
 from servefleet.core.bootlog.lines import clean_line
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HEALTHY = REPO_ROOT / "tests/core/bootlog/data/vllm-cpu-real/healthy.log"
 NODE, DEP = "sim-spark-1", "main"
 

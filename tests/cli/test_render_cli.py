@@ -14,7 +14,6 @@ from click.testing import Result
 from servefleet.core.project import load_profiles, profile_identity
 from servefleet.core.render import engine_command
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hf_cli-secret-value-123"
 
 Run = Callable[..., Result]

@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 
 from servefleet.core.project import Project, load_project
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 FAST_LINKS = {
     "dgx-spark-1": {"interface": "enp1s0f1np1", "address": "192.168.177.11",
                     "ib_hcas": ["rocep1s0f1", "roceP2p1s0f1"]},

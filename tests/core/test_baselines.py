@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +21,8 @@ from servefleet.core.bootlog import BootFacts, parse_text
 from servefleet.core.expectations import derive_expectations
 from servefleet.core.models import Profile
 from servefleet.core.project import Project, load_project, profile_identity
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DAY1 = datetime(2026, 11, 21, 9, 30, tzinfo=UTC)
 
 

@@ -3,7 +3,6 @@ slot and no prompt cache does not)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,8 +10,8 @@ import pytest
 from servefleet.core.determinism import distinct_outputs, instability_reason, judge_determinism
 from servefleet.core.models import Profile
 from servefleet.core.project import Project, load_project
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SAME = ["The Moon is 3,474 km wide."] * 3
 DIFFERENT = ["The Moon is 3,474 km wide.", "The Moon is 3,474 km across.",
              "The Moon is 3,474 km wide."]

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
 from servefleet.core.baselines import Baseline
 from servefleet.core.drift import (
-    BootSummary,
     DesiredNode,
     DriftKind,
     NodeObservation,
-    ObservedDeploymentState,
     build_report,
     compare,
     desired_deployment,
@@ -28,12 +25,17 @@ from servefleet.core.drift import (
     parse_dotenv,
 )
 from servefleet.core.gpu import ExpectedGpu, ExpectedGpuFacts, parse_probe_json
-from servefleet.core.observed import ObservedContainer, ObservedEnvValue
+from servefleet.core.observed import (
+    BootSummary,
+    ObservedContainer,
+    ObservedDeployment,
+    ObservedEnvValue,
+)
 from servefleet.core.project import load_project
 from servefleet.core.render import RenderedRelease, render_release
 from servefleet.core.secrets import secret_digest
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PROBE = REPO_ROOT / "tests" / "adapters" / "data" / "h200-probe-nvml.json"
 SECRET = "hf_not_a_real_token_1234"
 IMAGE_ID = "sha256:" + "1" * 64
@@ -99,13 +101,15 @@ def _clean(release: RenderedRelease) -> NodeObservation:
         image_labels={"org.opencontainers.image.version": "24.04"},
         patch_marker_sha256=None, patch_marker_checked=True,
     )
-    state = ObservedDeploymentState(
-        deployment="main", present=True, current_release=release.release_id,
+    state = ObservedDeployment(
+        name="main", present=True, current_release=release.release_id,
         manifest={"release_id": release.release_id,
                   "files": {p: {"sha256": h} for p, h in release.file_hashes.items()}},
         file_hashes=dict(release.file_hashes),
         release_secret_digests={"HF_TOKEN": secret_digest(SECRET)},
-        container=container,
+        containers=(container,), engine_container_id=container.id,
+        # Its engine passed the gate (the same release, the same start).
+        gated_release=release.release_id, gated_started_at=container.started_at,
         boot=BootSummary(outcome="ready", kv_cache_tokens=323_456, cudagraph_mode="PIECEWISE"),
         engine_version="0.21.0",
     )
@@ -119,9 +123,9 @@ def _with(observation: NodeObservation, **changes: object) -> NodeObservation:
 
 
 def _with_container(observation: NodeObservation, **changes: object) -> NodeObservation:
-    container = observation.deployments["main"].container
+    container = observation.deployments["main"].engine_container
     assert container is not None
-    return _with(observation, container=container.model_copy(update=changes))
+    return _with(observation, containers=(container.model_copy(update=changes),))
 
 
 def test_a_node_that_matches_has_no_items(release: RenderedRelease) -> None:
@@ -160,7 +164,8 @@ def test_file_hash_against_the_manifest_when_the_release_is_another(
 
 
 def test_container_missing(release: RenderedRelease) -> None:
-    [item] = compare(_desired(release), _with(_clean(release), container=None))
+    [item] = compare(_desired(release), _with(_clean(release), containers=(),
+                                                        engine_container_id=None))
     assert item.kind is DriftKind.CONTAINER_MISSING
 
 
@@ -182,7 +187,7 @@ def test_container_restarting_and_restart_count(release: RenderedRelease) -> Non
 
 
 def test_command_differs(release: RenderedRelease) -> None:
-    container = _clean(release).deployments["main"].container
+    container = _clean(release).deployments["main"].engine_container
     assert container is not None and container.command is not None
     argv = [a if a != "32" else "64" for a in container.command]
     [item] = compare(_desired(release), _with_container(_clean(release), command=tuple(argv)))
@@ -217,7 +222,7 @@ def test_secret_compared_with_the_release_env_file_when_git_has_no_value(
 
 
 def test_labels_changed_and_added(release: RenderedRelease) -> None:
-    container = _clean(release).deployments["main"].container
+    container = _clean(release).deployments["main"].engine_container
     assert container is not None
     labels = {**container.labels, "io.servefleet.profile": "by-hand", "owner": "bob"}
     items = compare(_desired(release), _with_container(_clean(release), labels=labels))
@@ -358,14 +363,17 @@ def test_merged_service_applies_overrides_in_order() -> None:
 def test_an_engine_without_a_matching_gate_mark_is_ungated(release: RenderedRelease) -> None:
     started = "2026-11-24T10:00:03.123456789Z"
     clean = _with_container(_clean(release), started_at=started)
-    gated = _with(clean, gated={"release": release.release_id, "started": started})
+    gated = _with(clean, gated_started_at=started)
     assert compare(_desired(release), gated) == []
-    assert compare(_desired(release), clean) == []  # gate mark not read: not judged
-    for mark, why in (({}, "no passed health gate"),
-                      ({"release": "0123456789ab", "started": started}, "0123456789ab"),
-                      ({"release": release.release_id, "started": "2026-11-24T09:00:00Z"},
-                       "started again")):
-        [item] = compare(_desired(release), _with(clean, gated=mark))
+    # The folder is gone, so no gate mark was read: not judged.
+    gone = _with(clean, present=False, gated_release=None, gated_started_at=None)
+    assert DriftKind.UNGATED_ENGINE not in {i.kind for i in compare(_desired(release), gone)}
+    for (mark, mark_started), why in (((None, None), "no passed health gate"),
+                                      (("0123456789ab", started), "0123456789ab"),
+                                      ((release.release_id, "2026-11-24T09:00:00Z"),
+                                       "started again")):
+        [item] = compare(_desired(release), _with(clean, gated_release=mark,
+                                                  gated_started_at=mark_started))
         assert item.kind is DriftKind.UNGATED_ENGINE
         assert why in item.message and "run servefleet deploy" in item.message
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,8 +9,7 @@ import pytest
 from servefleet.core.expectations import derive_expectations
 from servefleet.core.models import Node, Profile
 from servefleet.core.project import Project, load_project, profile_identity
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.reference_project import REPO_ROOT
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ build's recorded logs in this repository) written through the gate record's form
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from servefleet.core.baselines import BaselineBook, record
@@ -20,8 +19,8 @@ from servefleet.core.history import (
 )
 from servefleet.core.observed import ReleaseInfo
 from servefleet.core.project import load_project, profile_identity
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CPU_LOGS = REPO_ROOT / "tests/core/bootlog/data/vllm-cpu-real"
 HEADLINE = ("kv_cache_tokens", "max_concurrency", "cudagraph_mode", "kv_cache_mib")
 

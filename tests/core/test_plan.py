@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +23,8 @@ from servefleet.core.render import (
     manifest_for,
     render_release,
 )
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRETS = {"HF_TOKEN": "hf_plan_test_token"}
 STARTED = "2026-11-21T10:00:05.123456789Z"
 

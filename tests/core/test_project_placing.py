@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from servefleet.core.models import Deployment, MultiNodeDeployment
 from servefleet.core.project import load_project
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.reference_project import REPO_ROOT
 
 
 def test_placing_puts_exactly_the_given_deployments_on_the_node() -> None:

@@ -29,11 +29,11 @@ import pytest
 
 from servefleet.core.project import load_project
 from servefleet.sim.testbed import FleetHandle
+from tests.reference_project import REPO_ROOT
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.fleet, pytest.mark.slow,
               pytest.mark.timeout(1800)]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 STACK = "sim"
 NODES = ("sim-spark-1", "sim-spark-2", "sim-5090")
 SWITCHED = "sim-spark-2"

@@ -18,11 +18,12 @@ from typing import NoReturn
 
 import pytest
 
+from tests.reference_project import REPO_ROOT
+
 # A cold build compiles the whole CLI on two cores; give it room, a cache hit needs none.
 BUILD_TIMEOUT_S = 45 * 60
 pytestmark = [pytest.mark.pulumi, pytest.mark.timeout(BUILD_TIMEOUT_S + 120)]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "ensure-pulumi"
 ENV_SCRIPT = REPO_ROOT / "scripts" / "pulumi-env"
 BUILD_INFO = ".servefleet-pulumi.json"

@@ -27,8 +27,8 @@ from typing import Any
 from servefleet.core.gateway.render import RenderedGateway, render_gateway
 from servefleet.core.models.gateway import GatewayConfig
 from servefleet.core.project import Project, load_project
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 LUA_IN_CONTAINER = "/usr/local/etc/haproxy/servefleet.lua"
 
 

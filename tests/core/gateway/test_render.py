@@ -18,8 +18,7 @@ from servefleet.core.gateway.routes import resolve_routes, servers_of
 from servefleet.core.models.gateway import GatewayConfig
 from servefleet.core.project import Project, load_project
 from servefleet.core.watch.config import snake_keys
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from tests.reference_project import REPO_ROOT
 
 
 def _project(**gateway: Any) -> Project:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,7 @@ from servefleet.core.kvplan.preview import (
 from servefleet.core.models.inventory import SimSettings
 from servefleet.core.plan import PlanItem
 from servefleet.core.project import Project, load_project, profile_identity
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from tests.reference_project import REPO_ROOT
 
 
 @pytest.fixture(scope="module")

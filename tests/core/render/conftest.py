@@ -16,8 +16,8 @@ import yaml
 
 from servefleet.core.project import Project, load_nodes, load_profiles
 from servefleet.core.render import RenderedRelease
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 SHIPPED_PROFILES = sorted(p.stem for p in (REPO_ROOT / "profiles").glob("*.yaml"))
 DIGEST = "sha256:" + "ab" * 32
 

@@ -13,8 +13,8 @@ from servefleet.core.models import Profile
 from servefleet.core.project import load_project
 from servefleet.core.rules import ALL_RULES, Finding, Severity, rule_by_id, validate
 from servefleet.core.rules.base import Issue, ProfileContext, Scope, profile_rule
+from tests.reference_project import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGt0ZXN0a2V5dGVzdGtleXRlc3RrZXl0ZXN0a2V5"
 
