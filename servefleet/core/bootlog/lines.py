@@ -127,42 +127,29 @@ class LogLine:
         header: str | None = None
         first = msg[:1]
         if first in "DIWEC":
-            vllm_header = _VLLM_HEADER.match(msg)
-            if vllm_header is not None:
+            if (vllm_header := _VLLM_HEADER.match(msg)) is not None:
                 level, header = _normal_level(vllm_header.group(1)), "vllm"
                 source = vllm_header.group(2)
                 msg = msg[vllm_header.end():]
-            else:
-                uvicorn = _UVICORN.match(msg)
-                if uvicorn is not None:
-                    level, header = uvicorn.group(1), "uvicorn"
-                    msg = msg[uvicorn.end():]
-                else:
-                    glog = _GLOG.match(msg)
-                    if glog is not None:
-                        level, header = _GLOG_LEVELS[glog.group(1)], "glog"
-                        msg = msg[glog.end():]
+            elif (uvicorn := _UVICORN.match(msg)) is not None:
+                level, header = uvicorn.group(1), "uvicorn"
+                msg = msg[uvicorn.end():]
+            elif (glog := _split_glog(msg)) is not None:
+                (level, msg), header = glog, "glog"
         elif first == "[":
-            stamp = _SGLANG_STAMP.match(msg)
-            if stamp is not None:
+            if (stamp := _SGLANG_STAMP.match(msg)) is not None:
                 header = "sglang"
                 if stamp.group(1):
                     process = stamp.group(1).strip()
                 msg = msg[stamp.end():]
-                sg_level = _SGLANG_LEVEL.match(msg)
-                if sg_level is not None:
+                if (sg_level := _SGLANG_LEVEL.match(msg)) is not None:
                     level, source = sg_level.group(1), sg_level.group(2)
                     msg = msg[sg_level.end():]
-                else:
-                    uvicorn = _UVICORN.match(msg)
-                    if uvicorn is not None:
-                        level = uvicorn.group(1)
-                        msg = msg[uvicorn.end():]
-            else:
-                glog = _GLOG.match(msg)
-                if glog is not None:
-                    level, header = _GLOG_LEVELS[glog.group(1)], "glog"
-                    msg = msg[glog.end():]
+                elif (uvicorn := _UVICORN.match(msg)) is not None:
+                    level = uvicorn.group(1)
+                    msg = msg[uvicorn.end():]
+            elif (glog := _split_glog(msg)) is not None:
+                (level, msg), header = glog, "glog"
         elif first.isdigit():
             stamp = _LLAMA_STAMP.match(msg)
             if stamp is not None:
@@ -170,6 +157,12 @@ class LogLine:
                 msg = msg[stamp.end():]
         self._text, self._msg, self._level = text, msg, level
         self._process, self._source, self._header = process, source, header
+
+
+def _split_glog(msg: str) -> tuple[str, str] | None:
+    """A glog line's level and the message after its header; None when it is not one."""
+    glog = _GLOG.match(msg)
+    return None if glog is None else (_GLOG_LEVELS[glog.group(1)], msg[glog.end():])
 
 
 def strip_ansi(text: str) -> str:
