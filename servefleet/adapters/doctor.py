@@ -36,6 +36,7 @@ echo "date_start=$(date +%s.%N)"
 echo "user=$(id -un)"
 echo "uid=$(id -u)"
 echo "groups=$(id -nG)"
+echo "python3=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)"
 command -v docker >/dev/null 2>&1 || echo docker_missing=yes
 pre_out=$(timeout -k 5 "$dt" sh -c "$pre" sh "$base" 0 2>/dev/null)
 printf '%s\n' "$pre_out"

@@ -79,12 +79,13 @@ def test_a_ready_node_passes_every_check(doctor: Callable[..., Result],
             "container without --gpus sees 1 × NVIDIA GeForce RTX 5090 (driver 580.142)"
             ) in checks
     assert "  pass  docker access: root (uid 0)" in checks
+    assert any(line.startswith("  pass  python3: 3.") for line in checks)
     assert f"  pass  base_dir: {files.base_dir} is writable" in checks
     assert f"  pass  port {PORT}: free (for doctor)" in checks
     assert any(line.startswith(f"  pass  fast link: eth0 UP, {address}/") for line in checks)
     assert [line.split(":")[0] for line in checks] == [
         "  pass  ssh", "  pass  docker", "  pass  compose", "  pass  nvidia runtime",
-        "  pass  docker access", "  pass  disk for images",
+        "  pass  docker access", "  pass  python3", "  pass  disk for images",
         "  pass  disk for weights (HF cache)", "  pass  disk for weights (models dir)",
         "  pass  base_dir", f"  pass  port {PORT}", "  pass  fast link", "  pass  clock"]
     assert lines(result)[-1] == "1 of 1 node(s) ready; 0 failure(s), 0 warning(s)"

@@ -53,6 +53,9 @@ class DoctorFacts(StrictModel):
     """Its uid."""
     groups: tuple[str, ...] = ()
     """Its groups (``id -nG``)."""
+    python3: str | None = None
+    """Version of the ``python3`` on the SSH user's ``PATH`` (``3.12.3``); ``None`` when
+    there is none. servefleet reads the node and probes its GPUs with it."""
     docker_root: str | None = None
     """Docker's root dir (``docker info``), where images live; ``None`` when the daemon did
     not answer."""
@@ -149,6 +152,7 @@ def parse_doctor(text: str) -> DoctorFacts:
         user=values.get("user") or None,
         uid=_int(values.get("uid", "")),
         groups=tuple(values.get("groups", "").split()),
+        python3=values.get("python3") or None,
         docker_root=values.get("docker_root") or None,
         runtimes=tuple(values.get("runtimes", "").split()),
         gpu_exit=_int(values.get("gpu_exit", "")),

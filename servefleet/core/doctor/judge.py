@@ -239,6 +239,26 @@ _DISK_NAMES = {"images": "disk for images", "hf_cache": "disk for weights (HF ca
                "models": "disk for weights (models dir)"}
 
 
+PYTHON_MINIMUM = (3, 7)
+"""The oldest python3 the node's reader and GPU probe are written for."""
+
+
+def _python(facts: DoctorFacts) -> Check:
+    fix = ("install it: sudo apt-get install -y python3 (DGX OS and Ubuntu ship it; "
+           "servefleet sends its node reader and GPU probe to it on stdin, nothing else)")
+    version = facts.python3
+    if version is None:
+        return Check(check="python3", verdict="fail",
+                     detail="no python3 on the PATH (servefleet reads the node with it)",
+                     fix=fix)
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if parts < PYTHON_MINIMUM:
+        return Check(check="python3", verdict="fail",
+                     detail=f"python3 {version} is older than "
+                            f"{'.'.join(map(str, PYTHON_MINIMUM))}", fix=fix)
+    return Check(check="python3", verdict="pass", detail=version)
+
+
 def _size(free_bytes: int) -> str:
     return f"{free_bytes / GIB:.1f} GiB" if free_bytes >= GIB else f"{free_bytes >> 20} MiB"
 
@@ -432,7 +452,7 @@ def judge(node: Node, facts: DoctorFacts, *, trip: RoundTrip, gpu: GpuContainer,
     deployments the stack places there; ``staged``: disk kind → the weights the stack
     stages there (:func:`staged_weights`)."""
     checks = [_ssh(node), _docker(facts), _compose(facts), _gpu(node, facts, gpu),
-              _access(node, facts)]
+              _access(node, facts), _python(facts)]
     if not any(d.kind == "images" for d in facts.disks):
         checks.append(Check(check=_DISK_NAMES["images"], verdict="warn",
                             detail="not checked: the Docker daemon did not name its root dir",

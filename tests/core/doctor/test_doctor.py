@@ -137,6 +137,7 @@ def test_a_healthy_sim_node_passes_every_check() -> None:
         "pass  nvidia runtime: sim node, no GPU: the stand-in nvidia-smi in a one-shot "
         "container without --gpus sees 1 × NVIDIA GeForce RTX 5090 (driver 580.142)",
         "pass  docker access: root (uid 0)",
+        "pass  python3: 3.11.2",
         f"pass  disk for images: 53.7 GiB free under {root}/docker (need 1 GiB)",
         f"pass  disk for weights (HF cache): 53.7 GiB free under {root}/hf-cache (need 1 GiB)",
         f"pass  disk for weights (models dir): 53.7 GiB free under {root}/models "
@@ -255,6 +256,19 @@ def test_a_user_in_the_docker_group_passes() -> None:
         .replace("uid=0", "uid=1000").replace("groups=root", "groups=alice docker")
     assert only(report(text), "docker access") == (
         "pass  docker access: alice is in the docker group")
+
+
+@pytest.mark.parametrize(("line", "detail"), [
+    # `python3 -c ...` prints nothing where there is no python3: the line stays empty.
+    ("python3=", "no python3 on the PATH (servefleet reads the node with it)"),
+    ("python3=3.6.9", "python3 3.6.9 is older than 3.7"),
+])
+def test_a_node_without_a_usable_python3_fails(line: str, detail: str) -> None:
+    text = recorded("sim-healthy").replace("python3=3.11.2", line)
+    assert only(report(text), "python3") == (
+        f"fail  python3: {detail}; fix: install it: sudo apt-get install -y python3 (DGX OS "
+        "and Ubuntu ship it; servefleet sends its node reader and GPU probe to it on stdin, "
+        "nothing else)")
 
 
 def test_no_docker_command() -> None:
