@@ -206,3 +206,31 @@ def resolve_ref(ref: str, images: list[dict[str, Any]]) -> str | None:
             return image.get("Id")
     return None
 
+
+def _env_value(value: Any) -> str:
+    # Compose prints a variable set without a value (``- NAME``) as null.
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def compose_service_facts(config: Any, service: str, hidden: set[str]) -> dict[str, Any]:
+    """The fields drift compares of ``service`` in ``docker compose config --format json``'s
+    answer (the release's compose files merged, interpolated, ``!reset``/``!override``
+    applied: Compose's own truth): ``image``, ``command``, ``environment`` and ``labels``.
+    Names in ``hidden`` (those an env file set, where Compose resolved env files into the
+    environment) are left out: their values may be secrets, compared by digest instead."""
+    spec = ((config if isinstance(config, dict) else {}).get("services") or {}).get(service)
+    if not isinstance(spec, dict):
+        return {"error": "docker compose config names no service " + repr(service)}
+    command = spec.get("command")
+    return {
+        "image": spec.get("image"),
+        "command": [str(a) for a in command] if isinstance(command, list) else None,
+        "environment": {str(k): _env_value(v) for k, v in
+                        (spec.get("environment") or {}).items() if k not in hidden},
+        "labels": {str(k): _env_value(v) for k, v in (spec.get("labels") or {}).items()},
+    }
+

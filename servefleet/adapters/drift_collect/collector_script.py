@@ -17,6 +17,7 @@ from servefleet.adapters.drift_collect.collector_children import (
 )
 from servefleet.adapters.drift_collect.collector_pure import (
     _json,
+    compose_service_facts,
     container_facts,
     env_digests,
     hashed_env_list,
@@ -40,6 +41,8 @@ __all__ = [  # the program's names
     "Deadline",
     "boot_log_result",
     "collect_docker",
+    "compose_service",
+    "compose_service_facts",
     "container_facts",
     "env_digests",
     "hashed_env_list",
@@ -182,6 +185,27 @@ def read_release(deployment_dir: str, env_file: str, manifest_file: str,
             files[rel] = sha256_hex(content)
     result["files"] = files
     return result
+
+
+def compose_service(compose: list[str], folder: str, project: str, files: list[str],
+                    env_file: str) -> dict[str, Any]:
+    """The engine service as ``docker compose config`` merges the release in ``folder``
+    (``files`` in ``-f`` order, the folder as the project directory, as the rollout runs
+    it), or ``{"error": …}``. Env files stay unresolved: their values may be secrets."""
+    argv = [*compose, "-p", project, "--project-directory", folder]
+    for name in files:
+        argv += ["-f", name if name.startswith("/") else folder + "/" + name]
+    status, out, err = run([*argv, "config", "--format", "json", "--no-env-resolution"])
+    hidden: set[str] = set()
+    if status != 0:
+        # Compose before 2.35 has no such flag (its error names it on a line before the
+        # last) and resolves env files into the environment: the names the release's env
+        # file sets are dropped, on the node. Any other failure fails again, and says why.
+        status, out, err = run([*argv, "config", "--format", "json"])
+        hidden = set(env_digests(read_text(folder + "/" + env_file).encode("utf-8")))
+    if status != 0:
+        return {"error": (err or "exit " + str(status))[-300:]}
+    return compose_service_facts(_json(out), "engine", hidden)
 
 
 def read_text(path: str) -> str:
@@ -393,6 +417,12 @@ def main(request: dict[str, Any], probe_source: str | None = None) -> int:
                                  request.get("manifest_file", "manifest.json"),
                                  str(request.get("observe_key") or ""))
             answer["deployments"][spec["name"]] = entry
+            files = (entry["manifest"] or {}).get("compose_files")
+            if request.get("compose") and entry["current"] and isinstance(files, list):
+                entry["compose_service"] = compose_service(
+                    list(request["compose"]), folder + "/releases/" + entry["current"],
+                    PROJECT_PREFIX + spec["name"], [str(f) for f in files],
+                    request.get("env_file", "engine.env"))
         if request.get("docker_checks", True):
             try:
                 docker = collect_docker(request, {
