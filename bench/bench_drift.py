@@ -158,8 +158,9 @@ def run_servefleet(nodes: list[Node], docker: str, probe: bool) -> float:
     for name, observation in observed.items():
         assert observation.unreachable is None, observation.unreachable
         state = observation.deployments[DEPLOYMENT]
-        assert state.current_release == RELEASE_ID and len(state.file_hashes) == 2, name
-        assert state.container is not None and state.container.id == CONTAINER_ID, name
+        assert state.current_release == RELEASE_ID and len(state.file_hashes or {}) == 2, name
+        assert state.engine_container is not None and \
+            state.engine_container.id == CONTAINER_ID, name
         assert state.boot is not None and state.boot.kv_cache_tokens == 360_448, name
         assert (observation.gpu is not None) == probe, name
     return elapsed

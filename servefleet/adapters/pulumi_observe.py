@@ -14,7 +14,7 @@ from servefleet.core.project import load_nodes
 from servefleet.core.render.release import LABEL_PREFIX
 
 if TYPE_CHECKING:
-    from servefleet.core.drift import ObservedDeploymentState
+    from servefleet.core.observed import ObservedDeployment
 
 HEALTHY = "healthy"
 """The health verdict of an engine that serves its current release."""
@@ -31,11 +31,11 @@ def _load_node(project_dir: str, name: str) -> Node:
     return nodes[name]
 
 
-def _health(state: ObservedDeploymentState) -> str:
+def _health(state: ObservedDeployment) -> str:
     """One verdict per deployment: ``healthy`` or what is wrong."""
     from servefleet.core.drift import ungated_why
 
-    container = state.container
+    container = state.engine_container
     if not state.present or container is None:
         return "absent: no engine container"
     if not container.running:
@@ -54,7 +54,7 @@ def _health(state: ObservedDeploymentState) -> str:
     return HEALTHY
 
 
-def _observed_deployment(node: Node, port: int, state: ObservedDeploymentState | None,
+def _observed_deployment(node: Node, port: int, state: ObservedDeployment | None,
                          ) -> dict[str, Any]:
     """The stable facts of one deployment (no timestamps or counters, so that observing an
     unchanged node twice gives the same outputs)."""
@@ -62,7 +62,7 @@ def _observed_deployment(node: Node, port: int, state: ObservedDeploymentState |
     if state is None:
         return {"endpoint": endpoint, "currentRelease": None, "runningRelease": None,
                 "health": "absent: no engine container", "fileHashes": {}}
-    container = state.container
+    container = state.engine_container
     running = container is not None and container.running
     manifest = state.manifest or {}
     return {
@@ -76,7 +76,7 @@ def _observed_deployment(node: Node, port: int, state: ObservedDeploymentState |
         "imageId": container.image_id if container is not None else None,
         "imageRepoDigest": (container.repo_digests[0] if container.repo_digests else None)
         if container is not None else None,
-        "fileHashes": dict(sorted(state.file_hashes.items())),
+        "fileHashes": dict(sorted((state.file_hashes or {}).items())),
         "bootOutcome": state.boot.outcome if state.boot else None,
         "kvCacheTokens": state.boot.kv_cache_tokens if state.boot else None,
         "cudagraphMode": state.boot.cudagraph_mode if state.boot else None,

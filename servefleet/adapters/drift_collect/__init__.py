@@ -34,17 +34,18 @@ from servefleet.adapters.remote import LOCK_DIR
 from servefleet.adapters.ssh import SshTransport
 from servefleet.core.baselines import BASELINE_FILE
 from servefleet.core.bootlog import parse_bytes, reader_for
-from servefleet.core.drift import (
-    BootSummary,
-    NodeObservation,
-    ObservedDeploymentState,
-)
+from servefleet.core.drift import NodeObservation
 from servefleet.core.engines import ENGINES
 from servefleet.core.engines.vllm import VLLM
 from servefleet.core.errors import ServefleetError
 from servefleet.core.gpu import parse_probe_json
 from servefleet.core.models import Node
-from servefleet.core.observed import as_adopted, container_from_facts, parse_answer, parse_gate_mark
+from servefleet.core.observed import (
+    BootSummary,
+    ObservedDeployment,
+    observed_deployment,
+    parse_answer,
+)
 from servefleet.core.render.release import ENV_FILE, IMAGE_PATCH_MARKER
 
 READY_MARKERS = (
@@ -239,34 +240,18 @@ def observation_from_answer(node: str, text: str,
     """
     answer = parse_answer(text)
     errors: list[str] = [str(e) for e in answer.get("errors") or []]
-    deployments: dict[str, ObservedDeploymentState] = {}
+    deployments: dict[str, ObservedDeployment] = {}
     for query in queries:
         raw = (answer.get("deployments") or {}).get(query.name) or {}
-        container_raw = raw.get("container")
-        adopted = parse_gate_mark(str(raw.get("adopted") or "").splitlines())
         boot, boot_error = _boot_summary(raw.get("boot_log"), query.engine)
         if boot_error:
             errors.append(f"{query.name}: {boot_error}")
         errors.extend(f"{query.name}: {e}" for e in raw.get("errors") or [])
         if raw.get("manifest_error"):
             errors.append(f"{query.name}: {raw['manifest_error']}")
-        deployments[query.name] = ObservedDeploymentState(
-            deployment=query.name,
-            present=bool(raw.get("present")),
-            current_release=raw.get("current"),
-            manifest=raw.get("manifest") if isinstance(raw.get("manifest"), dict) else None,
-            file_hashes=raw.get("files") or {},
-            release_secret_digests=raw.get("secret_digests") or {},
-            container=as_adopted(container_from_facts(container_raw), adopted)
-            if isinstance(container_raw, dict) else None,
-            adopted_release=adopted.get("release") or None,
-            others=int(raw.get("others") or 0),
-            docker_error=answer.get("docker_error"),
-            boot=boot,
-            gated=parse_gate_mark(str(raw.get("gated") or "").splitlines())
-            if "gated" in raw else None,
-            weights=raw.get("weights") if isinstance(raw.get("weights"), dict) else None,
-        )
+        # The rollout's parser of the deployment, plus the boot log parsed here.
+        deployments[query.name] = observed_deployment(
+            query.name, raw, answer.get("docker_error")).model_copy(update={"boot": boot})
     gpu = None
     gpu_error = answer.get("gpu_error")
     if answer.get("gpu") is not None:
@@ -353,8 +338,8 @@ def _with_versions(node: Node, queries: Sequence[DeploymentQuery],
     deployments = dict(observation.deployments)
     for query in queries:
         state = deployments.get(query.name)
-        if state is None or query.port is None or state.container is None or \
-                not state.container.running:
+        container = state.engine_container if state is not None else None
+        if state is None or query.port is None or container is None or not container.running:
             continue
         version, error = read_engine_version(node.address, query.port, query.engine,
                                              http=options.http)

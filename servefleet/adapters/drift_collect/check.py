@@ -31,7 +31,6 @@ from servefleet.core.drift import (
     DriftKind,
     DriftReport,
     NodeObservation,
-    ObservedDeploymentState,
     build_report,
     compare,
     desired_deployment,
@@ -40,6 +39,7 @@ from servefleet.core.drift import (
 from servefleet.core.errors import RenderError
 from servefleet.core.expectations import derive_expectations
 from servefleet.core.models import Deployment
+from servefleet.core.observed import ObservedDeployment
 from servefleet.core.project import Project
 from servefleet.core.render import RenderedRelease, render_release
 
@@ -79,7 +79,7 @@ def _plan(project: Project, deployment: Deployment,
     return _Planned(deployment, rendered, None, query)
 
 
-def _desired(project: Project, planned: _Planned, state: ObservedDeploymentState | None,
+def _desired(project: Project, planned: _Planned, state: ObservedDeployment | None,
              book: BaselineBook, secrets: Mapping[str, str] | None) -> DesiredDeployment | None:
     rendered = planned.rendered
     if rendered is None:

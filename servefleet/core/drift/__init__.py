@@ -13,7 +13,8 @@ release (the compose files as docker compose merges them: command, environment, 
 * :mod:`~servefleet.core.drift.items`: the kinds of difference and one item.
 * :mod:`~servefleet.core.drift.desired`: the desired side, from a rendered release.
 * :mod:`~servefleet.core.drift.compose`: the engine service as docker compose merges it.
-* :mod:`~servefleet.core.drift.observation`: the observed side.
+* :mod:`~servefleet.core.drift.observation`: the observed side (its deployments are
+  :class:`~servefleet.core.observed.ObservedDeployment`, the rollout's model).
 * :mod:`~servefleet.core.drift.compare`: node-wide and deployment checks.
 * :mod:`~servefleet.core.drift.container`: the engine container's checks.
 * :mod:`~servefleet.core.drift.report`: node status and the fleet report.
@@ -39,11 +40,7 @@ from servefleet.core.drift.desired import (
     desired_deployment,
 )
 from servefleet.core.drift.items import ERROR_KINDS, DriftItem, DriftKind, NodeStatus
-from servefleet.core.drift.observation import (
-    BootSummary,
-    NodeObservation,
-    ObservedDeploymentState,
-)
+from servefleet.core.drift.observation import NodeObservation
 from servefleet.core.drift.report import DriftReport, NodeReport, build_report, node_status
 from servefleet.core.observed import MANIFEST_FILE
 from servefleet.core.render.layout import ENV_FILE
@@ -56,7 +53,6 @@ __all__ = [
     "HIDDEN_SHOWN",
     "MANIFEST_FILE",
     "SECRET_SHOWN",
-    "BootSummary",
     "ComposeService",
     "DesiredDeployment",
     "DesiredNode",
@@ -67,7 +63,6 @@ __all__ = [
     "NodeObservation",
     "NodeReport",
     "NodeStatus",
-    "ObservedDeploymentState",
     "build_report",
     "compare",
     "desired_deployment",

@@ -10,10 +10,10 @@ from servefleet.core.baselines import BASELINE_FILE, relative_change
 from servefleet.core.drift.container import compare_container
 from servefleet.core.drift.desired import DesiredDeployment, DesiredNode
 from servefleet.core.drift.items import DriftItem, DriftKind, ItemCollector, short_digest
-from servefleet.core.drift.observation import BootSummary, NodeObservation, ObservedDeploymentState
+from servefleet.core.drift.observation import NodeObservation
 from servefleet.core.gpu import compare_with_inventory
 from servefleet.core.models.profile import version_tuple
-from servefleet.core.observed import MANIFEST_FILE
+from servefleet.core.observed import MANIFEST_FILE, BootSummary, ObservedDeployment
 from servefleet.core.release_diff import (
     Absent,
     CurrentDiff,
@@ -58,7 +58,7 @@ def _compare_gpu(desired: DesiredNode, observed: NodeObservation, items: ItemCol
         items.add(kind, mismatch.expected, mismatch.observed, mismatch.message, mismatch.field)
 
 
-def _compare_release(want: DesiredDeployment, have: ObservedDeploymentState,
+def _compare_release(want: DesiredDeployment, have: ObservedDeployment,
                      diffs: tuple[Difference, ...], items: ItemCollector) -> None:
     if find(diffs, Absent) is not None:
         items.add(DriftKind.RELEASE, want.release_id, None,
@@ -87,7 +87,7 @@ def _compare_release(want: DesiredDeployment, have: ObservedDeploymentState,
                       "is not available here)")
 
 
-def _compare_weights(have: ObservedDeploymentState, items: ItemCollector) -> None:
+def _compare_weights(have: ObservedDeployment, items: ItemCollector) -> None:
     """The pinned weights the running release was staged with are still in the cache: the
     engine boots again (a restart, a rollback) with the hub offline only if they are."""
     staged = (have.manifest or {}).get("weights")
@@ -119,7 +119,7 @@ def _manifest_hashes(manifest: Mapping[str, Any] | None) -> dict[str, str] | Non
     return hashes
 
 
-def _compare_files(want: DesiredDeployment, have: ObservedDeploymentState,
+def _compare_files(want: DesiredDeployment, have: ObservedDeployment,
                    recorded: dict[str, str] | None, diffs: tuple[Difference, ...],
                    items: ItemCollector) -> None:
     if not have.present or have.current_release is None:
@@ -137,7 +137,7 @@ def _compare_files(want: DesiredDeployment, have: ObservedDeploymentState,
     expected, source = ((want.file_hashes, "git") if files.against == "wanted"
                         else (recorded or {}, MANIFEST_FILE))
     for path in files.paths:
-        want_hash, have_hash = expected.get(path), have.file_hashes.get(path)
+        want_hash, have_hash = expected.get(path), (have.file_hashes or {}).get(path)
         if have_hash is None:
             message = f"{path} is missing from release {have.current_release}"
         elif want_hash is None:
@@ -170,7 +170,7 @@ def _compare_kv_pool(want: DesiredDeployment, boot: BootSummary, items: ItemColl
               f"({change:+.1%}, tolerance ±{want.kv_tolerance:.0%})")
 
 
-def _compare_engine(want: DesiredDeployment, have: ObservedDeploymentState,
+def _compare_engine(want: DesiredDeployment, have: ObservedDeployment,
                     items: ItemCollector) -> None:
     if have.engine_version is not None:
         if not engine_version_matches(want.engine_version, have.engine_version):
@@ -191,7 +191,7 @@ def _compare_engine(want: DesiredDeployment, have: ObservedDeploymentState,
                   f"{want.cudagraph_mode}")
 
 
-def _compare_deployment(want: DesiredDeployment, have: ObservedDeploymentState | None,
+def _compare_deployment(want: DesiredDeployment, have: ObservedDeployment | None,
                         node: str) -> list[DriftItem]:
     items = ItemCollector(node, want.deployment)
     if have is None:
@@ -209,7 +209,7 @@ def _compare_deployment(want: DesiredDeployment, have: ObservedDeploymentState |
         items.add(DriftKind.ERROR, None, None,
                   f"containers could not be listed: {have.docker_error}", "docker")
         return items.found
-    container = have.container
+    container = have.engine_container
     if container is None:
         items.add(DriftKind.CONTAINER_MISSING, "running", None,
                   "the deployment has no container; deploy again")

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from servefleet.core.drift.desired import DesiredDeployment
 from servefleet.core.drift.items import DriftKind, ItemCollector, short_digest
-from servefleet.core.drift.observation import ObservedDeploymentState
-from servefleet.core.observed import ObservedContainer, gate_miss
+from servefleet.core.observed import ObservedContainer, ObservedDeployment, gate_miss
 from servefleet.core.plan import runs_engine_flags
 from servefleet.core.render.layout import ENV_FILE
 from servefleet.core.secrets import secret_digest
@@ -19,7 +18,7 @@ HIDDEN_SHOWN = "(set; value not shown)"
 """What a report shows for an unmanaged variable: it may hold a secret."""
 
 
-def compare_container(want: DesiredDeployment, have: ObservedDeploymentState,
+def compare_container(want: DesiredDeployment, have: ObservedDeployment,
                       container: ObservedContainer, items: ItemCollector) -> None:
     """Every check of the engine container, in report order."""
     _compare_container_state(have, container, items)
@@ -35,7 +34,7 @@ def compare_container(want: DesiredDeployment, have: ObservedDeploymentState,
     _compare_patch_set(want, container, items)
 
 
-def _compare_container_state(have: ObservedDeploymentState, container: ObservedContainer,
+def _compare_container_state(have: ObservedDeployment, container: ObservedContainer,
                              items: ItemCollector) -> None:
     if container.status == "restarting":
         items.add(DriftKind.CONTAINER_RESTARTING, "running",
@@ -50,32 +49,32 @@ def _compare_container_state(have: ObservedDeploymentState, container: ObservedC
         items.add(DriftKind.CONTAINER_RESTARTING, 0, container.restart_count,
                   f"container {container.name} runs but Docker restarted it "
                   f"{container.restart_count} time(s) since it was created (it crashed)")
-    if have.others:
-        items.add(DriftKind.CONTAINER_STOPPED, 1, 1 + have.others,
-                  f"{have.others} more container(s) belong to the compose project "
+    if have.other_containers:
+        items.add(DriftKind.CONTAINER_STOPPED, 1, 1 + have.other_containers,
+                  f"{have.other_containers} more container(s) belong to the compose project "
                   "(left-overs of a hand-made change?)", "containers")
 
 
-def ungated_why(have: ObservedDeploymentState, container: ObservedContainer) -> str | None:
+def ungated_why(have: ObservedDeployment, container: ObservedContainer) -> str | None:
     """Why the running ``container`` has not passed its gate (the gate mark names another
     release, or an earlier start of it), or ``None``: it passed, is not running, or the
-    mark was not read. Drift and the Pulumi provider's health both say it."""
-    if have.gated is None or not container.running:
+    mark was not read (it is read with the deployment's folder: none without the folder).
+    Drift and the Pulumi provider's health both say it."""
+    if not have.present or not container.running:
         return None
-    gated_release = have.gated.get("release")
-    miss = gate_miss(container.release_id, container.started_at, gated_release,
-                     have.gated.get("started"))
+    miss = gate_miss(container.release_id, container.started_at, have.gated_release,
+                     have.gated_started_at)
     if miss == "no-gate":
         return "no passed health gate is recorded for it"
     if miss == "other-release":
-        return f"the last gate passed for release {gated_release}"
+        return f"the last gate passed for release {have.gated_release}"
     if miss == "started-again":
         return (f"its container started again since its gate passed ({container.restart_count}"
                 " Docker restarts)")
     return None
 
 
-def _compare_gate(have: ObservedDeploymentState, container: ObservedContainer,
+def _compare_gate(have: ObservedDeployment, container: ObservedContainer,
                   items: ItemCollector) -> None:
     """A running engine whose container is not the one the gate mark names."""
     why = ungated_why(have, container)
@@ -108,7 +107,7 @@ def _compare_command(want: DesiredDeployment, container: ObservedContainer,
               f"({'; '.join(detail) or 'same arguments in another order'})")
 
 
-def _compare_env(want: DesiredDeployment, have: ObservedDeploymentState,
+def _compare_env(want: DesiredDeployment, have: ObservedDeployment,
                  container: ObservedContainer, items: ItemCollector) -> None:
     env = container.env
     for name, value in sorted(want.env.items()):

@@ -5,13 +5,14 @@ output is parsed here, so a parser is tested with plain data: output in, fact ou
 
 * :mod:`~servefleet.core.observed.container`: one container (``docker inspect``).
 * :mod:`~servefleet.core.observed.gate`: the health gate's mark and the ungated-engine rule.
-* :mod:`~servefleet.core.observed.deployment`: a deployment, the node, a release folder.
+* :mod:`~servefleet.core.observed.deployment`: a deployment (with its latest boot's facts),
+  the node, a release folder.
 * :mod:`~servefleet.core.observed.answer`: the node reader's answer (the one read of a node).
 * :mod:`~servefleet.core.observed.output`: the releases command's output.
 * :mod:`~servefleet.core.observed.preflight`: the deploy preflight command's output.
 """
 
-from servefleet.core.observed.answer import observed_node, parse_answer
+from servefleet.core.observed.answer import observed_deployment, observed_node, parse_answer
 from servefleet.core.observed.container import (
     COMPOSE_SERVICE_LABEL,
     COMPOSE_WORKING_DIR_LABEL,
@@ -22,7 +23,12 @@ from servefleet.core.observed.container import (
     as_adopted,
     container_from_facts,
 )
-from servefleet.core.observed.deployment import ObservedDeployment, ObservedNode, ReleaseInfo
+from servefleet.core.observed.deployment import (
+    BootSummary,
+    ObservedDeployment,
+    ObservedNode,
+    ReleaseInfo,
+)
 from servefleet.core.observed.gate import GateMiss, gate_miss, parse_gate_mark
 from servefleet.core.observed.output import (
     END,
@@ -40,6 +46,7 @@ __all__ = [
     "RELEASES_DIR",
     "RELEASES_HEADER",
     "RELEASE_LABEL",
+    "BootSummary",
     "GateMiss",
     "ObservedContainer",
     "ObservedDeployment",
@@ -50,6 +57,7 @@ __all__ = [
     "as_adopted",
     "container_from_facts",
     "gate_miss",
+    "observed_deployment",
     "observed_node",
     "parse_answer",
     "parse_gate_mark",

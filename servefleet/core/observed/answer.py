@@ -3,9 +3,12 @@
 One program reads a node (:mod:`servefleet.adapters.drift_collect`): the rollout asks it for
 the lock, the release links, the gate mark, the files and the containers; drift and the
 Pulumi providers ask it for more (the image, the overlay marker, the boot log, the GPU).
-Its answer is one JSON object; :func:`parse_answer` checks it and :func:`observed_node`
-turns it into an :class:`~servefleet.core.observed.deployment.ObservedNode` (drift turns the
-same answer into its own view, :mod:`servefleet.core.drift.observation`).
+Its answer is one JSON object; :func:`parse_answer` checks it, :func:`observed_deployment`
+turns one deployment of it into an :class:`~servefleet.core.observed.deployment.
+ObservedDeployment` and :func:`observed_node` the whole into an
+:class:`~servefleet.core.observed.deployment.ObservedNode` (drift keeps the same deployments
+in its own node view, :class:`servefleet.core.drift.observation.NodeObservation`, and adds
+the boot log's facts and the engine's version).
 """
 
 from __future__ import annotations
@@ -44,8 +47,11 @@ def _candidate(raw: Mapping[str, Any]) -> ObservedContainer | None:
     return container_from_facts(found) if isinstance(found, dict) else None
 
 
-def _deployment(name: str, raw: Mapping[str, Any], docker_error: str | None,
-                keyed: bool) -> ObservedDeployment:
+def observed_deployment(name: str, raw: Mapping[str, Any], docker_error: str | None,
+                        keyed: bool = False) -> ObservedDeployment:
+    """One deployment of the reader's answer (``raw``, its entry under ``deployments``;
+    ``docker_error``, the answer's; ``keyed``: the request carried a key for the secret
+    digests). The one parser of a deployment's entry, for the rollout's view and drift's."""
     adopted = _record(raw, "adopted")
     gated = _record(raw, "gated")
     containers = [as_adopted(container_from_facts(c), adopted)
@@ -54,15 +60,20 @@ def _deployment(name: str, raw: Mapping[str, Any], docker_error: str | None,
     containers.sort(key=lambda c: (not c.running, c.name))
     manifest = raw.get("manifest")
     digests = raw.get("keyed_digests")
+    chosen = raw.get("container")
+    weights = raw.get("weights")
     return ObservedDeployment(
         name=name,
+        present=bool(raw.get("present")),
         current_release=raw.get("current") or None,
         releases=tuple(sorted(str(r) for r in raw.get("releases") or [])),
         manifest=manifest if isinstance(manifest, dict) else None,
         manifest_error=raw.get("manifest_error") or None,
         file_hashes=dict(raw.get("files") or {}) if raw.get("current") else {},
         containers=tuple(containers),
-        docker_error=(docker_error or "")[:300] or None,
+        # The reader's choice, by id: it is one of the containers.
+        engine_container_id=str(chosen.get("id") or "") if isinstance(chosen, dict) else None,
+        docker_error=docker_error or None,
         previous_release=raw.get("previous") or None,
         last_good=raw.get("last_good") or None,
         gated_release=gated.get("release"),
@@ -72,6 +83,8 @@ def _deployment(name: str, raw: Mapping[str, Any], docker_error: str | None,
         adopted_release=adopted.get("release") or None,
         adopted_from=adopted.get("name") or None,
         adopt_candidate=_candidate(raw),
+        release_secret_digests=dict(raw.get("secret_digests") or {}),
+        weights=weights if isinstance(weights, dict) else None,
     )
 
 
@@ -93,10 +106,13 @@ def observed_node(answer: Mapping[str, Any], deployments: Sequence[str], *,
         raw = (answer.get("deployments") or {}).get(name) or {}
         if raw.get("present") or raw.get("containers"):
             # A folder removed by hand under a running engine still shows that engine.
-            found[name] = _deployment(name, raw, docker_error, keyed)
+            # The plan quotes docker's complaint in one line (drift reports it whole).
+            found[name] = observed_deployment(name, raw, (docker_error or "")[:300] or None,
+                                              keyed)
         elif _candidate(raw) is not None:
             # Never deployed, but the container the stack adopts runs there.
-            found[name] = ObservedDeployment(name=name, adopt_candidate=_candidate(raw))
+            found[name] = ObservedDeployment(name=name, present=False,
+                                             adopt_candidate=_candidate(raw))
     baselines = answer.get("baselines") or {}
     return ObservedNode(lock_owner=answer.get("lock") or None, deployments=found,
                         baselines=next(iter(baselines.values()), None)

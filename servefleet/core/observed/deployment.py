@@ -12,11 +12,33 @@ from servefleet.core.observed.container import ObservedContainer
 from servefleet.core.observed.gate import GateMiss, gate_miss
 
 
+class BootSummary(StrictModel):
+    """The facts of the latest boot log that drift and the Pulumi providers compare."""
+
+    outcome: str | None = None
+    """``ready``, ``failed`` or ``incomplete``."""
+    kv_cache_tokens: int | None = None
+    """KV pool in tokens (vLLM)."""
+    kv_cache_mib: float | None = None
+    """KV buffer in MiB (llama.cpp)."""
+    cudagraph_mode: str | None = None
+    """Final CUDA-graph mode."""
+
+
 class ObservedDeployment(StrictModel):
-    """What one deployment looks like on its node."""
+    """What one deployment looks like on its node.
+
+    The one model of an observed deployment: the rollout, the plan, ``health`` and watch
+    read it, and so do drift and the Pulumi providers, whose read adds the latest boot's
+    facts and the engine's version (the fields from ``boot`` on; else left empty).
+    """
 
     name: str
     """Deployment name (the folder under the node's base directory)."""
+    present: bool = True
+    """The deployment's folder exists (``False``: never made, or removed by hand, while a
+    container of it may still run). The gate mark is read with the folder: without the
+    folder none was read."""
     current_release: str | None = None
     """Release ``current`` points to; ``None`` when there is no ``current`` link."""
     releases: tuple[str, ...] = ()
@@ -31,6 +53,10 @@ class ObservedDeployment(StrictModel):
     the observation did not read them."""
     containers: tuple[ObservedContainer, ...] = ()
     """The compose project's containers (any state)."""
+    engine_container_id: str | None = None
+    """Id of the container that serves, as the node's reader chose it among
+    :attr:`containers` (a running one, else the most recently created); ``None`` when the
+    deployment has none."""
     docker_error: str | None = None
     """What ``docker`` said when it could not list the containers."""
     previous_release: str | None = None
@@ -56,6 +82,34 @@ class ObservedDeployment(StrictModel):
     the controller sent with this observation (:func:`servefleet.core.envdigest.
     keyed_value_digests`); ``None`` when no key was sent or the node could not compute
     them. Worthless without that key, which only the observing controller holds."""
+    release_secret_digests: dict[str, str] = Field(default_factory=dict)
+    """Variable → ``sha256:`` digest of its value in the current release's ``engine.env``
+    (unkeyed: what drift compares a container's hashed environment with)."""
+    weights: dict[str, Any] | None = None
+    """What the node holds of the current release's staged weights (``present``,
+    ``verified``, ``revisions``: the commits its cache holds of the repository); ``None``
+    when the release stages none."""
+    # -- read by drift and the Pulumi providers alone -------------------------------------
+    boot: BootSummary | None = None
+    """Facts of the engine container's latest boot log; ``None`` when it was not read."""
+    engine_version: str | None = None
+    """What the engine's HTTP API says its version is."""
+    engine_version_error: str | None = None
+    """Why the version could not be asked."""
+
+    @property
+    def engine_container(self) -> ObservedContainer | None:
+        """The container that serves (:attr:`engine_container_id`), if the deployment has
+        one: the one drift and the Pulumi providers check."""
+        if self.engine_container_id is None:
+            return None
+        return next((c for c in self.containers if c.id == self.engine_container_id), None)
+
+    @property
+    def other_containers(self) -> int:
+        """How many more containers the compose project has besides the one that serves
+        (left-overs)."""
+        return max(0, len(self.containers) - 1)
 
     @property
     def gate_miss(self) -> GateMiss | None:
