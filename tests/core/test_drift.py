@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
+from servefleet.adapters.drift_collect import collector_script
 from servefleet.core.baselines import Baseline
 from servefleet.core.drift import (
     DesiredNode,
@@ -21,19 +24,20 @@ from servefleet.core.drift import (
     compare,
     desired_deployment,
     engine_version_matches,
-    merged_engine_service,
-    parse_dotenv,
 )
 from servefleet.core.gpu import ExpectedGpu, ExpectedGpuFacts, parse_probe_json
 from servefleet.core.observed import (
     BootSummary,
+    ComposeService,
     ObservedContainer,
     ObservedDeployment,
     ObservedEnvValue,
+    observed_deployment,
 )
 from servefleet.core.project import load_project
 from servefleet.core.render import RenderedRelease, render_release
 from servefleet.core.secrets import secret_digest
+from tests.conftest import require_program
 from tests.reference_project import REPO_ROOT
 
 PROBE = REPO_ROOT / "tests" / "adapters" / "data" / "h200-probe-nvml.json"
@@ -64,12 +68,33 @@ def _baseline(release: RenderedRelease, pool: float = 323_000,
                     deployment=release.deployment)
 
 
+_SERVICES: dict[str, ComposeService] = {}
+
+
+def _service(release: RenderedRelease) -> ComposeService:
+    """The engine service as the real Compose merges the release: what the node reader
+    asks ``docker compose config`` for on the node."""
+    if release.release_id not in _SERVICES:
+        compose = require_program("docker-compose")
+        with tempfile.TemporaryDirectory() as folder:
+            for name, content in release.files.items():
+                path = Path(folder) / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content)
+            raw = collector_script.compose_service(
+                [compose], folder, "servefleet-main", list(release.compose_files), "engine.env")
+        service = observed_deployment("main", {"compose_service": raw}, None).compose_service
+        assert service is not None, raw
+        _SERVICES[release.release_id] = service
+    return _SERVICES[release.release_id]
+
+
 def _desired(release: RenderedRelease, **changes: object) -> DesiredNode:
     want = desired_deployment(
         node=release.node, deployment=release.deployment, profile=release.profile,
         profile_identity=release.profile_identity, release_id=release.release_id,
         files=release.files, file_hashes=release.file_hashes,
-        compose_files=release.compose_files, secret_names=release.secret_names,
+        service=_service(release), secret_names=release.secret_names,
         secrets={"HF_TOKEN": SECRET}, engine=release.engine,
         engine_version=release.engine_version, kv_tolerance=0.05,
         cudagraph_mode="PIECEWISE", kv_baseline=_baseline(release), image_id=IMAGE_ID,
@@ -79,7 +104,7 @@ def _desired(release: RenderedRelease, **changes: object) -> DesiredNode:
 
 
 def _env(release: RenderedRelease) -> dict[str, ObservedEnvValue]:
-    service = merged_engine_service(release.files, release.compose_files)
+    service = _service(release)
     env = {k: ObservedEnvValue(sha256=secret_digest(v), value=v)
            for k, v in service.environment.items()}
     env["HF_TOKEN"] = ObservedEnvValue(sha256=secret_digest(SECRET))
@@ -88,7 +113,7 @@ def _env(release: RenderedRelease) -> dict[str, ObservedEnvValue]:
 
 
 def _clean(release: RenderedRelease) -> NodeObservation:
-    service = merged_engine_service(release.files, release.compose_files)
+    service = _service(release)
     container = ObservedContainer(
         id="c" * 64, name="main-engine-1", status="running", restart_count=0,
         command=service.command, env=_env(release),
@@ -111,7 +136,7 @@ def _clean(release: RenderedRelease) -> NodeObservation:
         # Its engine passed the gate (the same release, the same start).
         gated_release=release.release_id, gated_started_at=container.started_at,
         boot=BootSummary(outcome="ready", kv_cache_tokens=323_456, cudagraph_mode="PIECEWISE"),
-        engine_version="0.21.0",
+        engine_version="0.21.0", compose_service=_service(release),
     )
     return NodeObservation(node=release.node, gpu=parse_probe_json(PROBE.read_text()),
                            deployments={"main": state})
@@ -198,7 +223,7 @@ def test_command_differs(release: RenderedRelease) -> None:
 
 def test_env_changed_added_and_secret(release: RenderedRelease) -> None:
     env = dict(_env(release))
-    name = next(iter(merged_engine_service(release.files, release.compose_files).environment))
+    name = next(iter(_service(release).environment))
     env[name] = ObservedEnvValue(sha256=secret_digest("other"), value="other")
     env["HF_TOKEN"] = ObservedEnvValue(sha256=secret_digest("hf_rotated_by_hand"))
     env["DEBUG_BY_HAND"] = ObservedEnvValue(sha256=secret_digest("1"))
@@ -342,22 +367,21 @@ def test_drift_exits_2_and_error_wins(release: RenderedRelease) -> None:
     assert data["nodes"]["a"]["items"][0]["kind"] == "engine-version"
 
 
-def test_merged_service_applies_overrides_in_order() -> None:
-    files = {
-        ".env": b"SERVEFLEET_RELEASE=abc\n",
-        "compose.yaml": b"services:\n  engine:\n    image: a:1\n    command: [x, y]\n"
-                        b"    environment: {A: '1', B: '$$HOME'}\n"
-                        b"    labels: {l1: v1}\n",
-        "compose.override.1.yaml": b"services:\n  engine:\n"
-                                   b"    image: sim/standin:${SERVEFLEET_RELEASE}\n"
-                                   b"    environment: [A=2, C=3]\n    labels: [l2=v2]\n",
-    }
-    service = merged_engine_service(files, ["compose.yaml", "compose.override.1.yaml"])
-    assert service.image == "sim/standin:abc"
-    assert service.command == ("x", "y")
-    assert service.environment == {"A": "2", "B": "$HOME", "C": "3"}
-    assert service.labels == {"l1": "v1", "l2": "v2"}
-    assert parse_dotenv(b"# c\nA='x y'\nB=2\n") == {"A": "x y", "B": "2"}
+def test_a_failed_compose_config_is_said_and_its_checks_skipped(
+        release: RenderedRelease) -> None:
+    env = dict(_env(release))
+    env["DEBUG_BY_HAND"] = ObservedEnvValue(sha256=secret_digest("1"))
+    container = _clean(release).deployments["main"].engine_container
+    assert container is not None
+    observed = _with(_with_container(_clean(release), env=env,
+                                     labels={**container.labels, "owner": "bob"}),
+                     compose_service=None, compose_error="yaml: line 3: did not find key")
+    unknown = _desired(release, service_known=False, command=None, env={}, labels={})
+    items = compare(unknown, observed)
+    assert [(i.kind, i.subject) for i in items] == [(DriftKind.ERROR, "compose")], items
+    [item] = items
+    assert (item.kind, item.subject) == (DriftKind.ERROR, "compose")
+    assert "did not find key" in item.message and "not compared" in item.message
 
 
 def test_an_engine_without_a_matching_gate_mark_is_ungated(release: RenderedRelease) -> None:

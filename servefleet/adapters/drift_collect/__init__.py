@@ -78,7 +78,11 @@ class DeploymentQuery:
     port: int | None = None
     """Port of the engine's HTTP API; ``None`` skips the version check."""
     plain_env: tuple[str, ...] = ()
-    """Environment variables known not to be secret: sent in clear (all others hashed)."""
+    """Environment variables known not to be secret: sent in clear (all others hashed).
+    With ``container_extras`` the node adds those its compose files set, but for
+    ``secret_env``."""
+    secret_env: tuple[str, ...] = ()
+    """The profile's secret variables: never sent in clear, whatever sets them."""
     marker: str | None = IMAGE_PATCH_MARKER
     """Overlay marker path inside the container (looked for even when none is expected, so
     a hand-patched image shows)."""
@@ -139,8 +143,11 @@ def build_request(base_dir: str, queries: Sequence[DeploymentQuery],
     return {
         "base_dir": base_dir,
         "deployments": [{"name": q.name, "plain_env": sorted(q.plain_env), "marker": q.marker,
-                         "candidate": q.candidate} for q in queries],
+                         "secret_env": sorted(q.secret_env), "candidate": q.candidate}
+                        for q in queries],
         "docker": list(options.docker),
+        # Drift's view of the engine service is Compose's own (docker compose config).
+        "compose": [*options.docker, "compose"] if options.container_extras else None,
         "docker_checks": True,
         "container_extras": options.container_extras,
         "lock_dir": LOCK_DIR if options.lock else None,

@@ -34,7 +34,6 @@ from servefleet.core.drift import (
     build_report,
     compare,
     desired_deployment,
-    merged_engine_service,
 )
 from servefleet.core.errors import RenderError
 from servefleet.core.expectations import derive_expectations
@@ -72,10 +71,9 @@ def _plan(project: Project, deployment: Deployment,
         rendered = render_release(project, deployment, secrets, require_secrets=False)
     except RenderError as error:
         return _Planned(deployment, None, str(error), query)
-    service = merged_engine_service(rendered.files, rendered.compose_files)
-    plain = tuple(sorted(set(service.environment) - set(rendered.secret_names)))
+    # The node sends in clear what the release's compose files set, but for the secrets.
     query = DeploymentQuery(name=deployment.name, engine=profile.engine, port=rendered.port,
-                            plain_env=plain)
+                            secret_env=tuple(rendered.secret_names))
     return _Planned(deployment, rendered, None, query)
 
 
@@ -105,7 +103,8 @@ def _desired(project: Project, planned: _Planned, state: ObservedDeployment | No
         profile_identity=rendered.profile_identity,
         release_id=rendered.release_id if rendered.secrets_rendered else None,
         files=rendered.files, file_hashes=rendered.file_hashes,
-        compose_files=rendered.compose_files, secret_names=rendered.secret_names,
+        service=state.compose_service if state is not None else None,
+        secret_names=rendered.secret_names,
         secrets=secrets, engine=rendered.engine, engine_version=expected.engine_version,
         kv_tolerance=profile.health.kv_tolerance,
         cudagraph_mode=expected.cudagraph_mode,

@@ -19,6 +19,9 @@ It reads, per deployment of the request:
   its published form, names only, by :func:`servefleet.core.envdigest.hashed_env_text`, whose
   source is appended to this one when it is sent), the release's manifest, and the digests
   of the ``engine.env`` values (compared on the control machine, never written);
+- when asked (drift), the engine service as ``docker compose config`` merges the current
+  release: Compose's own answer for image, command, environment and labels, with env
+  files left unresolved (:func:`compose_service_facts`);
 - the compose project's containers through the ``docker`` CLI: ``docker inspect`` of the
   engine container (state, restarts, command, environment, labels, image), ``docker image
   inspect`` of its image and of the reference it names (a tag that moved), the overlay

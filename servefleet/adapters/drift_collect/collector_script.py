@@ -419,10 +419,15 @@ def main(request: dict[str, Any], probe_source: str | None = None) -> int:
             answer["deployments"][spec["name"]] = entry
             files = (entry["manifest"] or {}).get("compose_files")
             if request.get("compose") and entry["current"] and isinstance(files, list):
-                entry["compose_service"] = compose_service(
+                service = compose_service(
                     list(request["compose"]), folder + "/releases/" + entry["current"],
                     PROJECT_PREFIX + spec["name"], [str(f) for f in files],
                     request.get("env_file", "engine.env"))
+                entry["compose_service"] = service
+                # What the compose files set is not secret, but for the profile's secrets
+                # (an override may set one from .env): those values stay hashed.
+                spec["plain_env"] = sorted(set(spec.get("plain_env") or ()) | (
+                    set(service.get("environment") or ()) - set(spec.get("secret_env") or ())))
         if request.get("docker_checks", True):
             try:
                 docker = collect_docker(request, {

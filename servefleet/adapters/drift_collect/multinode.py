@@ -18,7 +18,7 @@ from servefleet.adapters.drift_collect import CollectOptions, DeploymentQuery, c
 from servefleet.adapters.drift_collect.check import _node_items, _Planned
 from servefleet.adapters.multinode_result import rank_role
 from servefleet.adapters.ssh import SshTransport
-from servefleet.core.drift import DriftItem, DriftKind, merged_engine_service
+from servefleet.core.drift import DriftItem, DriftKind
 from servefleet.core.errors import RenderError
 from servefleet.core.models import MultiNodeDeployment
 from servefleet.core.project import Project
@@ -45,11 +45,9 @@ def check_multinode(project: Project, deployments: Sequence[MultiNodeDeployment]
         items: list[DriftItem] = []
         for index, (rendered, placed) in enumerate(zip(release.ranks, release.rank_deployments,
                                                        strict=True)):
-            service = merged_engine_service(rendered.files, rendered.compose_files)
-            plain = tuple(sorted(set(service.environment) - set(rendered.secret_names)))
             query = DeploymentQuery(name=dep.name, engine=rendered.engine,
                                     port=rendered.port if index == 0 else None,
-                                    plain_env=plain)
+                                    secret_env=tuple(rendered.secret_names))
             planned = _Planned(placed, rendered, None, query)
             node = project.nodes[rendered.node]
             own = dataclasses.replace(

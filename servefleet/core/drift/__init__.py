@@ -8,11 +8,12 @@ line for the operator. Secret values never appear: secrets are compared by sha25
 as ``(secret)``.
 
 :func:`desired_deployment` derives the desired state of one deployment from its rendered
-release (the compose files as docker compose merges them: command, environment, labels).
+release and, for the engine container's command, environment and labels, the engine service
+as ``docker compose config`` merges the release on the node (Compose's own answer, read by
+the node reader: no copy of Compose's merge rules here).
 
 * :mod:`~servefleet.core.drift.items`: the kinds of difference and one item.
 * :mod:`~servefleet.core.drift.desired`: the desired side, from a rendered release.
-* :mod:`~servefleet.core.drift.compose`: the engine service as docker compose merges it.
 * :mod:`~servefleet.core.drift.observation`: the observed side (its deployments are
   :class:`~servefleet.core.observed.ObservedDeployment`, the rollout's model).
 * :mod:`~servefleet.core.drift.compare`: node-wide and deployment checks.
@@ -21,12 +22,6 @@ release (the compose files as docker compose merges them: command, environment, 
 """
 
 from servefleet.core.drift.compare import compare, engine_version_matches
-from servefleet.core.drift.compose import (
-    ENGINE_SERVICE,
-    ComposeService,
-    merged_engine_service,
-    parse_dotenv,
-)
 from servefleet.core.drift.container import (
     COMPOSE_LABEL_PREFIX,
     HIDDEN_SHOWN,
@@ -47,13 +42,11 @@ from servefleet.core.render.layout import ENV_FILE
 
 __all__ = [
     "COMPOSE_LABEL_PREFIX",
-    "ENGINE_SERVICE",
     "ENV_FILE",
     "ERROR_KINDS",
     "HIDDEN_SHOWN",
     "MANIFEST_FILE",
     "SECRET_SHOWN",
-    "ComposeService",
     "DesiredDeployment",
     "DesiredNode",
     "DriftItem",
@@ -67,8 +60,6 @@ __all__ = [
     "compare",
     "desired_deployment",
     "engine_version_matches",
-    "merged_engine_service",
     "node_status",
-    "parse_dotenv",
     "ungated_why",
 ]

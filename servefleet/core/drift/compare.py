@@ -209,6 +209,10 @@ def _compare_deployment(want: DesiredDeployment, have: ObservedDeployment | None
         items.add(DriftKind.ERROR, None, None,
                   f"containers could not be listed: {have.docker_error}", "docker")
         return items.found
+    if have.compose_error is not None:
+        items.add(DriftKind.ERROR, None, None,
+                  f"docker compose config failed on the node ({have.compose_error}): the "
+                  "container's command, environment and labels were not compared", "compose")
     container = have.engine_container
     if container is None:
         items.add(DriftKind.CONTAINER_MISSING, "running", None,

@@ -27,7 +27,7 @@ def compare_container(want: DesiredDeployment, have: ObservedDeployment,
         container.release_label == have.adopted_release
     _compare_command(want, container, items, adopted=adopted)
     _compare_env(want, have, container, items)
-    if not adopted:
+    if not adopted and want.service_known:
         # Started by hand: its labels were set then and cannot change while it runs.
         _compare_labels(want, container, items)
     _compare_image(want, container, items)
@@ -131,6 +131,8 @@ def _compare_env(want: DesiredDeployment, have: ObservedDeployment,
             items.add(DriftKind.ENV, SECRET_SHOWN, f"{SECRET_SHOWN} differs",
                       f"secret variable {name} in the container differs from {against} "
                       "(compared by sha256)", name)
+    if not want.service_known:
+        return  # what the compose files set is not known: no variable is "by hand"
     managed = set(want.env) | set(want.secret_env)
     for name, got in sorted(env.items()):
         if name in managed or container.image_env.get(name) == got.sha256:

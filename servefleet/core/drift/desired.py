@@ -1,4 +1,9 @@
-"""Drift's desired side: what one deployment and one node should look like, as git says."""
+"""Drift's desired side: what one deployment and one node should look like, as git says.
+
+The release's files are held to git by hash. The engine container is held to what those
+files mean: the engine service as ``docker compose config`` merges them on the node
+(:class:`~servefleet.core.observed.ComposeService`), Compose's own answer rather than a copy
+of its merge rules here."""
 
 from __future__ import annotations
 
@@ -8,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pydantic import Field
 
 from servefleet.core.baselines import Baseline
-from servefleet.core.drift.compose import merged_engine_service
 from servefleet.core.gpu import ExpectedGpuFacts
 from servefleet.core.models.common import StrictModel
+from servefleet.core.observed import ComposeService
 from servefleet.core.secrets import secret_digest
 
 
@@ -54,6 +59,10 @@ class DesiredDeployment(StrictModel):
     known here (then the container is compared with the release's ``engine.env``)."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Labels the compose files set."""
+    service_known: bool = True
+    """Compose told how the release's files merge: without it (no current release, or
+    ``docker compose config`` failed) the container's command, environment and labels
+    are not compared."""
     image: ImageExpectation
     """The image."""
     patch_marker_sha256: str | None = None
@@ -92,7 +101,7 @@ def desired_deployment(
     release_id: str | None,
     files: Mapping[str, bytes],
     file_hashes: Mapping[str, str],
-    compose_files: Sequence[str],
+    service: ComposeService | None,
     secret_names: Sequence[str],
     secrets: Mapping[str, str] | None,
     engine: str,
@@ -102,14 +111,16 @@ def desired_deployment(
     kv_baseline: Baseline | None = None,
     image_id: str | None = None,
 ) -> DesiredDeployment:
-    """The desired state of one deployment from its rendered release files.
+    """The desired state of one deployment from its rendered release files and ``service``,
+    the engine service as Compose merges the node's current release (``None``: not known).
 
     ``release_id`` is ``None`` when the release was rendered without every secret value:
     then file hashes are not compared against git (only against the node's manifest). The
     pinned digest is taken from the merged compose ``image:`` (``ref@sha256:…``), so a node
     override that swaps the image (a local build) is not held to the profile's digest.
     """
-    service = merged_engine_service(files, compose_files)
+    known = service is not None
+    service = service or ComposeService()
     marker = files.get("patches.json")
     secret_env: dict[str, str | None] = {}
     for name in secret_names:
@@ -123,6 +134,7 @@ def desired_deployment(
         release_id=release_id,
         file_hashes=dict(file_hashes) if release_id is not None else {},
         command=service.command, env=env, secret_env=secret_env, labels=service.labels,
+        service_known=known,
         image=ImageExpectation(ref=ref, repo_digest=digest if at else None,
                                image_id=image_id),
         patch_marker_sha256=hashlib.sha256(marker).hexdigest() if marker is not None else None,

@@ -25,6 +25,7 @@ from servefleet.core.observed.container import (
 )
 from servefleet.core.observed.deployment import (
     BootSummary,
+    ComposeService,
     ObservedDeployment,
     ObservedNode,
     ReleaseInfo,
@@ -47,6 +48,7 @@ __all__ = [
     "RELEASES_HEADER",
     "RELEASE_LABEL",
     "BootSummary",
+    "ComposeService",
     "GateMiss",
     "ObservedContainer",
     "ObservedDeployment",

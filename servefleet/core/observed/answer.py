@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servefleet.core.observed.container import ObservedContainer, as_adopted, container_from_facts
-from servefleet.core.observed.deployment import ObservedDeployment, ObservedNode
+from servefleet.core.observed.deployment import ComposeService, ObservedDeployment, ObservedNode
 from servefleet.core.observed.gate import parse_gate_mark
 
 ANSWER_SCHEMA = 1
@@ -85,7 +85,22 @@ def observed_deployment(name: str, raw: Mapping[str, Any], docker_error: str | N
         adopt_candidate=_candidate(raw),
         release_secret_digests=dict(raw.get("secret_digests") or {}),
         weights=weights if isinstance(weights, dict) else None,
+        **_compose(raw.get("compose_service")),
     )
+
+
+def _compose(raw: Any) -> dict[str, Any]:
+    """``compose_service`` and ``compose_error`` from the reader's compose answer."""
+    if not isinstance(raw, dict):
+        return {}
+    if "error" in raw:
+        return {"compose_error": str(raw["error"] or "docker compose config failed")[:300]}
+    command = raw.get("command")
+    return {"compose_service": ComposeService(
+        image=raw.get("image"),
+        command=tuple(command) if isinstance(command, list) and command else None,
+        environment=dict(raw.get("environment") or {}),
+        labels=dict(raw.get("labels") or {}))}
 
 
 def observed_node(answer: Mapping[str, Any], deployments: Sequence[str], *,

@@ -12,6 +12,21 @@ from servefleet.core.observed.container import ObservedContainer
 from servefleet.core.observed.gate import GateMiss, gate_miss
 
 
+class ComposeService(StrictModel):
+    """The engine service as ``docker compose config`` merges the current release on its
+    node: Compose's own answer (every ``-f`` file, ``.env`` interpolation, ``!reset`` and
+    ``!override``), for the fields drift compares. Env files stay unresolved."""
+
+    image: str | None = None
+    """``image:``."""
+    command: tuple[str, ...] | None = None
+    """``command:`` as a list."""
+    environment: dict[str, str] = Field(default_factory=dict)
+    """``environment:`` (not the ``env_file``, whose values may be secrets)."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """``labels:``."""
+
+
 class BootSummary(StrictModel):
     """The facts of the latest boot log that drift and the Pulumi providers compare."""
 
@@ -96,6 +111,11 @@ class ObservedDeployment(StrictModel):
     """What the engine's HTTP API says its version is."""
     engine_version_error: str | None = None
     """Why the version could not be asked."""
+    compose_service: ComposeService | None = None
+    """The engine service as Compose merges the current release; ``None`` when it was not
+    asked for, there is no current release, or Compose failed (:attr:`compose_error`)."""
+    compose_error: str | None = None
+    """What ``docker compose config`` said when it failed."""
 
     @property
     def engine_container(self) -> ObservedContainer | None:
