@@ -26,21 +26,18 @@ def write_release(folder: Path, files: dict[str, bytes]) -> Path:
     return folder
 
 
-def test_compose_merges_the_rendered_sim_releases(tmp_path: Path,
-                                                 need_program: Callable[[str], str]) -> None:
+def test_compose_merges_the_rendered_reference_releases(
+        tmp_path: Path, need_program: Callable[[str], str]) -> None:
     compose = need_program("docker-compose")
-    project = load_project(REPO_ROOT, "sim")
+    project = load_project(REPO_ROOT, "reference")
     for deployment in project.deployments():
         rendered = render_release(project, deployment, {"HF_TOKEN": SECRET})
-        folder = write_release(tmp_path / deployment.node, rendered.files)
+        folder = write_release(tmp_path / deployment.node / deployment.name, rendered.files)
         got = script.compose_service([compose], str(folder), f"servefleet-{deployment.name}",
                                      list(rendered.compose_files), "engine.env")
         assert "error" not in got, got
-        # The sim override swaps the image for the stand-in and adds its settings to the
-        # environment; the command stays the one the profile renders.
-        assert got["image"].startswith("servefleet-sim/"), deployment.node
-        assert "STANDIN_ENGINE_VERSION" in got["environment"]
-        assert got["command"] == list(rendered.engine_argv), deployment.node
+        assert got["image"] == rendered.image, deployment.key
+        assert got["command"] == list(rendered.engine_argv), deployment.key
         assert got["labels"]["io.servefleet.release"] == rendered.release_id
         # The secret lives in engine.env, an env file Compose was told not to resolve.
         assert "HF_TOKEN" not in got["environment"]
