@@ -97,6 +97,22 @@ def test_a_compose_without_no_env_resolution_drops_the_env_file_names(
     assert SECRET not in json.dumps(got)
 
 
+def test_a_secret_an_override_takes_from_the_shell_stays_on_the_node(
+        tmp_path: Path, need_program: Callable[[str], str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    compose = need_program("docker-compose")
+    monkeypatch.setenv("HF_TOKEN", SECRET)  # the SSH session's environment
+    folder = write_release(tmp_path, {
+        "compose.yaml": BASE, "engine.env": b"HF_TOKEN=\n",
+        "compose.override.1.yaml": b"services:\n  engine:\n"
+                                   b"    environment:\n      HF_TOKEN: ${HF_TOKEN}\n"})
+    got = script.compose_service([compose], str(folder), "servefleet-main",
+                                 ["compose.yaml", "compose.override.1.yaml"], "engine.env",
+                                 ["HF_TOKEN"])
+    assert got["environment"] == {"VLLM_LOGGING_LEVEL": "INFO"}
+    assert SECRET not in json.dumps(got)
+
+
 def test_a_broken_compose_file_is_an_error_not_a_guess(
         tmp_path: Path, need_program: Callable[[str], str]) -> None:
     compose = need_program("docker-compose")

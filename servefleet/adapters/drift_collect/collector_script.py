@@ -188,21 +188,23 @@ def read_release(deployment_dir: str, env_file: str, manifest_file: str,
 
 
 def compose_service(compose: list[str], folder: str, project: str, files: list[str],
-                    env_file: str) -> dict[str, Any]:
+                    env_file: str, secret_names: Any = ()) -> dict[str, Any]:
     """The engine service as ``docker compose config`` merges the release in ``folder``
     (``files`` in ``-f`` order, the folder as the project directory, as the rollout runs
-    it), or ``{"error": …}``. Env files stay unresolved: their values may be secrets."""
+    it), or ``{"error": …}``. Env files stay unresolved, and ``secret_names`` are left out
+    of the environment (an override may set one from the shell): their values may be
+    secrets, which never leave the node."""
     argv = [*compose, "-p", project, "--project-directory", folder]
     for name in files:
         argv += ["-f", name if name.startswith("/") else folder + "/" + name]
     status, out, err = run([*argv, "config", "--format", "json", "--no-env-resolution"])
-    hidden: set[str] = set()
+    hidden = set(secret_names)
     if status != 0:
         # Compose before 2.35 has no such flag (its error names it on a line before the
         # last) and resolves env files into the environment: the names the release's env
         # file sets are dropped, on the node. Any other failure fails again, and says why.
         status, out, err = run([*argv, "config", "--format", "json"])
-        hidden = set(env_digests(read_text(folder + "/" + env_file).encode("utf-8")))
+        hidden |= set(env_digests(read_text(folder + "/" + env_file).encode("utf-8")))
     if status != 0:
         return {"error": (err or "exit " + str(status))[-300:]}
     return compose_service_facts(_json(out), "engine", hidden)
@@ -422,7 +424,7 @@ def main(request: dict[str, Any], probe_source: str | None = None) -> int:
                 service = compose_service(
                     list(request["compose"]), folder + "/releases/" + entry["current"],
                     PROJECT_PREFIX + spec["name"], [str(f) for f in files],
-                    request.get("env_file", "engine.env"))
+                    request.get("env_file", "engine.env"), spec.get("secret_env") or ())
                 entry["compose_service"] = service
                 # What the compose files set is not secret, but for the profile's secrets
                 # (an override may set one from .env): those values stay hashed.
