@@ -223,8 +223,9 @@ def compose_service_facts(config: Any, service: str, hidden: set[str]) -> dict[s
     """The fields drift compares of ``service`` in ``docker compose config --format json``'s
     answer (the release's compose files merged, interpolated, ``!reset``/``!override``
     applied: Compose's own truth): ``image``, ``command``, ``environment`` and ``labels``.
-    Names in ``hidden`` (those an env file set, where Compose resolved env files into the
-    environment) are left out: their values may be secrets, compared by digest instead."""
+    Names in ``hidden`` (the profile's secrets, and those an env file set where Compose
+    resolved env files into the environment) are left out: their values may be secrets,
+    compared by digest instead."""
     spec = ((config if isinstance(config, dict) else {}).get("services") or {}).get(service)
     if not isinstance(spec, dict):
         return {"error": "docker compose config names no service " + repr(service)}

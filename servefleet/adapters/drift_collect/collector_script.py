@@ -426,10 +426,10 @@ def main(request: dict[str, Any], probe_source: str | None = None) -> int:
                     PROJECT_PREFIX + spec["name"], [str(f) for f in files],
                     request.get("env_file", "engine.env"), spec.get("secret_env") or ())
                 entry["compose_service"] = service
-                # What the compose files set is not secret, but for the profile's secrets
-                # (an override may set one from .env): those values stay hashed.
-                spec["plain_env"] = sorted(set(spec.get("plain_env") or ()) | (
-                    set(service.get("environment") or ()) - set(spec.get("secret_env") or ())))
+                # What the compose files set is not secret: the profile's secrets are
+                # already left out of the service's environment, and their values stay hashed.
+                spec["plain_env"] = sorted(set(spec.get("plain_env") or ())
+                                           | set(service.get("environment") or ()))
         if request.get("docker_checks", True):
             try:
                 docker = collect_docker(request, {
