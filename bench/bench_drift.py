@@ -7,17 +7,20 @@ same run, the same reads done three ways:
 
 - **servefleet**: :func:`servefleet.adapters.drift_collect.collect_fleet`, one connection
   and one command per node (the collector: release files hashed, the container inspected,
-  the boot log read), thread pool, GPU probe off for the like-for-like row and on for the
-  ``full`` row;
+  the boot log read, the engine service merged by ``docker compose config``), thread
+  pool, GPU probe off for the like-for-like row and on for the ``full`` row;
 - **paramiko**: a plain thread pool of ``paramiko.SSHClient`` (default settings, host keys
-  from known_hosts), one connection per node and three commands: ``sha256sum`` of the two
-  files, the JSON command (``docker inspect``), ``tail`` of the log;
+  from known_hosts), one connection per node and four commands: ``sha256sum`` of the two
+  files, the JSON command (``docker inspect``), ``tail`` of the log, ``docker compose
+  config`` of the release; and the same without the fourth (``3 commands``), whose
+  difference is what Compose's merge costs;
 - **floor**: connect to every node and run ``true`` (what any drift read costs at least);
 - **ansible**: ``ansible-playbook`` (ansible-core from PyPI, pipelining on, forks = nodes,
-  no fact gathering) with the same three commands as tasks.
+  no fact gathering) with the same four commands as tasks.
 
 sshd-only nodes have no Docker Engine: the bench stages a stand-in ``docker`` (a shell
-script answering ``ps``/``inspect``/``image inspect``/``logs``/``cp`` from files) for both
+script answering ``ps``/``inspect``/``image inspect``/``logs``/``cp`` from files, and
+handing ``compose`` to the real Compose CLI, whose ``config`` needs no daemon) for both
 servefleet and the baselines, and a release folder (``compose.yaml`` + ``engine.env`` +
 ``manifest.json``) and a boot log of ~1600 lines on each node.
 
@@ -37,6 +40,7 @@ import hashlib
 import json
 import os
 import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -64,6 +68,8 @@ RELEASE_ID = "0123456789ab"
 CONTAINER_ID = "c0ffee" * 10 + "abcd"
 IMAGE_ID = "sha256:" + "5" * 64
 LOG_LINES = 1600
+IMAGE = "vllm/vllm-openai:v0.21.0"
+COMMAND = ("Qwen/Qwen3.6-35B-A3B-FP8", "--port", "8000")
 AIM_SECONDS, AIM_VS_ANSIBLE, AIM_VS_PARAMIKO = 1.5, 25.0, 1.2
 
 DOCKER_STANDIN = r"""#!/bin/sh
@@ -75,6 +81,7 @@ case "$1" in
   inspect) exec cat "$d/inspect.json" ;;
   image) exec cat "$d/image.json" ;;
   logs) exec cat "$d/engine.log" ;;
+  compose) shift; exec @COMPOSE@ "$@" ;;
   cp) echo "Error response from daemon: Could not find the file $2 in container" >&2
       exit 1 ;;
   *) echo "bench docker: unsupported: $*" >&2; exit 2 ;;
@@ -112,13 +119,16 @@ def stage(layout: SimLayout, node: Node, log: bytes) -> dict[str, str]:
     release = Path(node.base_dir) / DEPLOYMENT / "releases" / RELEASE_ID
     release.mkdir(parents=True, exist_ok=True)
     compose = (f"# Rendered by servefleet for {node.name}\nservices:\n  engine:\n"
-               "    image: vllm/vllm-openai:v0.21.0\n" + "    # padding\n" * 80).encode()
+               f"    image: {IMAGE}\n    command: {json.dumps(list(COMMAND))}\n"
+               "    env_file: [engine.env]\n"
+               f"    labels:\n      io.servefleet.release: '{RELEASE_ID}'\n"
+               + "    # padding\n" * 80).encode()
     env = b"# Secret environment\nHF_TOKEN='hf_bench_not_a_secret'\n"
     (release / "compose.yaml").write_bytes(compose)
     (release / "engine.env").write_bytes(env)
     hashes = {"compose.yaml": hashlib.sha256(compose).hexdigest(),
               "engine.env": hashlib.sha256(hashed_env_text(env)).hexdigest()}
-    manifest = {"release_id": RELEASE_ID,
+    manifest = {"release_id": RELEASE_ID, "compose_files": ["compose.yaml"],
                 "files": {p: {"sha256": h} for p, h in hashes.items()}}
     (release / "manifest.json").write_text(json.dumps(manifest))
     current = release.parent.parent / "current"
@@ -135,8 +145,7 @@ def stage(layout: SimLayout, node: Node, log: bytes) -> dict[str, str]:
         "RestartCount": 0, "Image": IMAGE_ID,
         "State": {"Status": "running", "ExitCode": 0, "OOMKilled": False,
                   "StartedAt": "2026-11-22T03:15:00.000000000Z"},
-        "Config": {"Image": "vllm/vllm-openai:v0.21.0",
-                   "Cmd": ["Qwen/Qwen3.6-35B-A3B-FP8", "--port", "8000"],
+        "Config": {"Image": IMAGE, "Cmd": list(COMMAND),
                    "Env": ["HF_TOKEN=hf_bench_not_a_secret", "PATH=/usr/bin:/bin"],
                    "Labels": {"com.docker.compose.project": project,
                               "io.servefleet.release": RELEASE_ID}},
@@ -162,6 +171,8 @@ def run_servefleet(nodes: list[Node], docker: str, probe: bool) -> float:
         assert state.engine_container is not None and \
             state.engine_container.id == CONTAINER_ID, name
         assert state.boot is not None and state.boot.kv_cache_tokens == 360_448, name
+        assert state.compose_service is not None, (name, state.compose_error)
+        assert state.compose_service.command == COMMAND, name
         assert (observation.gpu is not None) == probe, name
     return elapsed
 
@@ -178,9 +189,17 @@ def run_floor(nodes: list[Node]) -> float:
     return time.perf_counter() - started
 
 
+def compose_config_command(docker: str, release: str) -> str:
+    """``docker compose config`` of a release, as the node reader runs it."""
+    return (f"{docker} compose -p {compose_project(DEPLOYMENT)} --project-directory "
+            f"{release} -f {release}/compose.yaml config --format json --no-env-resolution")
+
+
 def run_paramiko(nodes: list[Node], known_hosts: Path, docker: str,
-                 expected: dict[str, dict[str, str]], log_size: int) -> float:
-    """The same reads with a plain paramiko thread pool: connect, three commands."""
+                 expected: dict[str, dict[str, str]], log_size: int, *,
+                 compose: bool) -> float:
+    """The same reads with a plain paramiko thread pool: connect, three commands, and
+    ``docker compose config`` when ``compose``."""
     def read(node: Node) -> None:
         client = paramiko.SSHClient()
         client.load_host_keys(str(known_hosts))
@@ -191,9 +210,12 @@ def run_paramiko(nodes: list[Node], known_hosts: Path, docker: str,
         try:
             release = f"{node.base_dir}/{DEPLOYMENT}/current"
             outputs = []
-            for command in (f"sha256sum {release}/compose.yaml {release}/engine.env",
-                            f"{docker} inspect {CONTAINER_ID}",
-                            f"tail -n {LOG_LINES + 10} \"${{HOME%/*}}/bench/engine.log\""):
+            commands = [f"sha256sum {release}/compose.yaml {release}/engine.env",
+                        f"{docker} inspect {CONTAINER_ID}",
+                        f"tail -n {LOG_LINES + 10} \"${{HOME%/*}}/bench/engine.log\""]
+            if compose:
+                commands.append(compose_config_command(docker, release))
+            for command in commands:
                 _, stdout, _ = client.exec_command(command)
                 outputs.append(stdout.read())
                 assert stdout.channel.recv_exit_status() == 0, command
@@ -202,11 +224,23 @@ def run_paramiko(nodes: list[Node], known_hosts: Path, docker: str,
         assert expected[node.name]["compose.yaml"] in outputs[0].decode()
         assert json.loads(outputs[1])[0]["Id"] == CONTAINER_ID
         assert len(outputs[2]) == log_size
+        if compose:
+            assert json.loads(outputs[3])["services"]["engine"]["image"] == IMAGE
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         list(pool.map(read, nodes))
     return time.perf_counter() - started
+
+
+def compose_cli() -> str:
+    """The Compose CLI the stand-in ``docker compose`` hands to (scripts/bootstrap puts
+    ``docker-compose`` in the virtual environment)."""
+    found = shutil.which("docker-compose") or shutil.which(
+        "docker-compose", path=str(Path(sys.executable).parent))
+    if found is None:
+        raise SystemExit("docker-compose is not installed (scripts/bootstrap installs it)")
+    return found
 
 
 def ansible_playbook() -> str:
@@ -250,8 +284,11 @@ def run_ansible(nodes: list[Node], known_hosts: Path, docker: str, workdir: Path
              "command": f"{docker} inspect {CONTAINER_ID}"},
             {"name": "tail a log", "register": "log", "changed_when": False,
              "shell": f"tail -n {LOG_LINES + 10} \"${{HOME%/*}}/bench/engine.log\""},
+            {"name": "compose config", "register": "merged", "changed_when": False,
+             "command": compose_config_command(docker, release)},
             {"name": "check", "assert": {"quiet": True, "that": [
                 "(inspect.stdout | from_json)[0].Id == '" + CONTAINER_ID + "'",
+                "(merged.stdout | from_json).services.engine.image == '" + IMAGE + "'",
                 f"log.stdout | length > {log_size // 2}"]}},
         ],
     }]
@@ -264,7 +301,7 @@ def run_ansible(nodes: list[Node], known_hosts: Path, docker: str, workdir: Path
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False,
                           cwd=workdir)
     elapsed = time.perf_counter() - started
-    if done.returncode != 0 or f"ok={4}" not in done.stdout:
+    if done.returncode != 0 or f"ok={5}" not in done.stdout:
         raise SystemExit(f"ansible-playbook failed (exit {done.returncode}):\n"
                          f"{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
     return elapsed
@@ -323,28 +360,32 @@ def main() -> int:
         node_list = [nodes[s.name] for s in bench_specs(args.nodes)]
         known_hosts = project_dir / "nodes" / "sim" / "known_hosts"
         docker = str(state_dir / "bench-docker")
-        Path(docker).write_text(DOCKER_STANDIN)
+        Path(docker).write_text(DOCKER_STANDIN.replace("@COMPOSE@",
+                                                       shlex.quote(compose_cli())))
         Path(docker).chmod(0o755)
         log = boot_log()
         expected = {n.name: stage(config.layout, n, log) for n in node_list}
 
         print(f"drift read of {len(node_list)} nodes: hash two files, one JSON command, "
-              f"tail a log ({len(log) // 1024} KiB)", flush=True)
+              f"tail a log ({len(log) // 1024} KiB), docker compose config", flush=True)
         times, cpu = interleaved(args.rounds, {
             "floor: connect + true": lambda: run_floor(node_list),
             "servefleet": lambda: run_servefleet(node_list, docker, probe=False),
-            "paramiko (3 commands)": lambda: run_paramiko(node_list, known_hosts, docker,
-                                                          expected, len(log)),
+            "paramiko (4 commands)": lambda: run_paramiko(node_list, known_hosts, docker,
+                                                          expected, len(log), compose=True),
+            "paramiko (3, no compose)": lambda: run_paramiko(
+                node_list, known_hosts, docker, expected, len(log), compose=False),
             "servefleet + GPU probe": lambda: run_servefleet(node_list, docker, probe=True),
         })
         floor = statistics.median(times["floor: connect + true"])
         ours = statistics.median(times["servefleet"])
-        plain = statistics.median(times["paramiko (3 commands)"])
+        plain = statistics.median(times["paramiko (4 commands)"])
+        no_compose = statistics.median(times["paramiko (3, no compose)"])
         full = statistics.median(times["servefleet + GPU probe"])
         # The ratio of each round's pair, then the median: robust to load that changes
         # between rounds.
         ratio = statistics.median(
-            a / b for a, b in zip(times["servefleet"], times["paramiko (3 commands)"],
+            a / b for a, b in zip(times["servefleet"], times["paramiko (4 commands)"],
                                   strict=True))
         ansible: dict[str, float] = {}
         if not args.skip_ansible:
@@ -364,7 +405,10 @@ def main() -> int:
         print(f"  servefleet / paramiko = {ratio:.2f}× (median of the rounds' ratios) "
               f"(aim ≤ {AIM_VS_PARAMIKO}×: {'met' if ratio <= AIM_VS_PARAMIKO else 'NOT met'}); "
               f"control-machine CPU {cpu['servefleet']:.2f} s against "
-              f"{cpu['paramiko (3 commands)']:.2f} s")
+              f"{cpu['paramiko (4 commands)']:.2f} s")
+        print(f"  docker compose config's share: paramiko {plain:.2f} s with it, "
+              f"{no_compose:.2f} s without ({plain - no_compose:+.2f} s for "
+              f"{len(node_list)} nodes)")
         for label, seconds in ansible.items():
             speedup = seconds / ours
             print(f"  {label} / servefleet = {speedup:.1f}× "

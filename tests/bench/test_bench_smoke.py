@@ -11,6 +11,7 @@ start fails them under ``CI=true`` and skips them elsewhere, as in the other tes
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -104,9 +105,16 @@ def test_repeat_fleet_tests(tmp_path: Path) -> None:
     (tmp_path / "test_stub.py").write_text(
         "import pytest\n\n\n@pytest.mark.fleet\ndef test_on_the_fleet():\n    pass\n\n\n"
         "def test_not_on_the_fleet():\n    raise AssertionError('-m fleet was not applied')\n")
-    out = run_bench("repeat_fleet_tests.py", "--runs", "1", "--", str(tmp_path), timeout=120)
+    record = tmp_path / "record.jsonl"
+    out = run_bench("repeat_fleet_tests.py", "--runs", "1", "--record", str(record), "--",
+                    str(tmp_path), timeout=120)
     assert lines_matching(out, r"^run 1/1: exit 0 in \d+ s — 1 passed, 1 deselected")
     assert lines_matching(out, r"^1 of 1 runs passed$")
+    # The stub run is recorded, but a run that names its tests counts in no streak.
+    (entry,) = [json.loads(line) for line in record.read_text().splitlines()]
+    assert entry["kind"] == "fleet" and entry["passed"] and entry["partial"]
+    assert lines_matching(out, r"^on this code \((dirty:)?[0-9a-f]{16}\), from the record .*: "
+                               r"0 fleet passes in a row, 0 fresh-clone suites in a row$")
 
 
 # --------------------------------------------------------------------------- the fleet
@@ -122,11 +130,12 @@ def clear_faults(fleet: FleetHandle) -> None:
 def test_bench_drift(sim_fleet: FleetHandle) -> None:
     out = run_bench("bench_drift.py", "--nodes", "3", "--rounds", "1", "--skip-ansible",
                     timeout=180)
-    for label in ("floor: connect + true", "servefleet", "paramiko (3 commands)",
-                  "servefleet + GPU probe"):
+    for label in ("floor: connect + true", "servefleet", "paramiko (4 commands)",
+                  "paramiko (3, no compose)", "servefleet + GPU probe"):
         assert lines_matching(out, rf"^  {re.escape(label)}\s+median\s+[\d.]+ s"), label
     assert lines_matching(out, r"^  servefleet [\d.]+ s for 3 nodes .* with the GPU probe")
     assert lines_matching(out, r"^  servefleet / paramiko = [\d.]+×")
+    assert lines_matching(out, r"^  docker compose config's share: paramiko [\d.]+ s with it")
 
 
 @pytest.mark.fleet
