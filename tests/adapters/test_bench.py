@@ -100,3 +100,16 @@ def test_a_target_read_for_canaries_alone_never_loads_beside_the_engine() -> Non
         llama.load_command("/srv", {"seed": 1})
     loaded = dataclasses.replace(llama, load_image="vllm/vllm-openai:v0.26.0")
     assert "servefleet-bench-main" in loaded.load_command("/srv", {"seed": 1})
+
+
+def test_the_saved_result_keeps_why_each_request_failed() -> None:
+    """``vllm bench serve`` drops the per-request ``errors`` from its saved result unless
+    ``--save-detailed`` is given (the real H200 run in ``data/bench-gpu-real`` shows
+    ``"failed": 2`` beside ``"errors": []``): every run asks for it, texts or not."""
+    from servefleet.adapters.bench import load
+
+    job = {"vllm": "vllm", "base_url": "http://10.0.0.1:8000", "model": "m",
+           "concurrency": 1, "prompts": 2, "warmups": 0, "seed": 42, "input_len": 32,
+           "output_len": 16}
+    assert "--save-detailed" in load.argv_for(job, "tok", "/tmp/result")
+    assert "--save-detailed" in load.argv_for({**job, "texts": True}, "tok", "/tmp/result")

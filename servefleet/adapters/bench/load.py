@@ -93,10 +93,11 @@ def argv_for(job, tokenizer, result_dir):
         "--num-warmups", str(job["warmups"]), "--seed", str(job["seed"]),
         "--temperature", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,99", "--disable-tqdm", "--save-result",
+        # Without --save-detailed the saved result drops its per-request "errors": a run
+        # with failed requests would say how many failed but never why.
+        "--save-detailed",
         "--result-dir", result_dir, "--result-filename", "result.json",
     ]
-    if job.get("texts"):
-        argv.append("--save-detailed")
     if job.get("trace"):
         # A recorded request mix: each request leaves at its timestamp.
         trace_path = os.path.join(result_dir, "trace.jsonl")
