@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,7 +69,10 @@ def selects_fewer(pytest_args: list[str]) -> bool:
 
 
 def streak(records: Iterable[dict[str, object]], fingerprint: str, kinds: set[str]) -> int:
-    """Passes in a row, counted back from the newest whole run of ``kinds`` on this code."""
+    """Passes in a row, counted back from the newest whole run of ``kinds`` on this code;
+    none on a ``dirty:`` fingerprint (every uncommitted change of one HEAD shares it)."""
+    if fingerprint.startswith("dirty:"):
+        return 0
     count = 0
     for record in reversed([r for r in records
                             if r.get("fingerprint") == fingerprint and r.get("kind") in kinds
@@ -114,7 +118,7 @@ def suite_run(pytest_args: list[str]) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "CI": "true"}, capture_output=True, text=True,
                           check=False)
     if done.returncode == 0:
-        subprocess.run(["rm", "-rf", str(clone)], check=False)
+        shutil.rmtree(clone, ignore_errors=True)
     else:
         done.stdout += f"\n(clone kept at {clone})\n"
     return done
@@ -142,10 +146,10 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         proc = fleet_run(args.pytest_args) if kind == "fleet" else suite_run(args.pytest_args)
         seconds = time.monotonic() - started
+        label = "run" if kind == "fleet" else "suite"
         if args.log_dir is not None:
             args.log_dir.mkdir(parents=True, exist_ok=True)
-            name = "run" if kind == "fleet" else "suite"
-            (args.log_dir / f"{name}-{number}.log").write_text(proc.stdout + proc.stderr)
+            (args.log_dir / f"{label}-{number}.log").write_text(proc.stdout + proc.stderr)
         names = FAILED_RE.findall(proc.stdout)
         failures.update(names)
         failed_runs += proc.returncode != 0
@@ -155,7 +159,6 @@ def main(argv: list[str]) -> int:
             "partial": selects_fewer(args.pytest_args),
             "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")})
         last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "(no output)"
-        label = "run" if kind == "fleet" else "suite"
         print(f"{label} {number}/{total}: exit {proc.returncode} in {seconds:.0f} s — {last}",
               flush=True)
     total = args.runs + args.suites
