@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servefleet.core.baselines import BASELINE_FILE
 from servefleet.core.errors import SimError
 from servefleet.sim import dockerd, engine_api, image, inventory, netns, procs, sshd, state
-from servefleet.sim.engines import EngineInstall
+from servefleet.sim.engines import EngineInstall, cpu_twin
 from servefleet.sim.engines.ensure import ensure_engines, selected_engines
 from servefleet.sim.layout import NodeLayout, SimLayout, cache_dir_from_env, state_dir_from_env
 from servefleet.sim.spec import NodeSpec
@@ -103,12 +104,25 @@ def node_running(node: NodeState, layout: SimLayout) -> bool:
 # --------------------------------------------------------------------------- one node
 
 
+def reset_control_dir(node: NodeLayout) -> None:
+    """Empty the node's control folder, as on a freshly booted node: no fault or stand-in
+    markers left from an earlier run.
+
+    A test run cut off while the test bed had the stand-in engine run leaves KV baselines
+    measured on the stand-in in the node's base folder; the real engine that runs once the
+    marker is gone would fail every health gate against them (a 1.3M-token stand-in pool
+    against the real engine's 2.1M). They go with the marker, as ``Testbed.run_standin``
+    drops them when it switches engines."""
+    if (node.control_dir / cpu_twin.STANDIN_FILE).exists():
+        (node.base_dir / BASELINE_FILE).unlink(missing_ok=True)
+    shutil.rmtree(node.control_dir, ignore_errors=True)
+
+
 def _prepare_node_files(spec: NodeSpec, node: NodeLayout, client_pub: str) -> None:
     for folder in (node.root, node.base_dir, node.hf_cache, node.models_dir, node.bin_dir,
                    node.home):
         folder.mkdir(parents=True, exist_ok=True)
-    # A freshly booted node: no fault markers left from an earlier run, the inventory's GPU.
-    shutil.rmtree(node.control_dir, ignore_errors=True)
+    reset_control_dir(node)
     inventory.write_gpu_readout(spec, node)
     smi = node.bin_dir / "nvidia-smi"
     smi.write_text(

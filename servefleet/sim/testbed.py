@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from servefleet.core.baselines import BASELINE_FILE
 from servefleet.core.errors import SimError
 from servefleet.sim import fleet, inventory, state
 from servefleet.sim.engines import cpu_twin
@@ -116,7 +117,7 @@ class FleetHandle:
         before = marker.read_text().split() if marker.exists() else []
         if before != wanted:
             # The node's KV baselines were measured on the other engine: they do not hold.
-            (files.base_dir / ".servefleet-baselines.json").unlink(missing_ok=True)
+            (files.base_dir / BASELINE_FILE).unlink(missing_ok=True)
         if wanted:
             marker.write_text("\n".join(wanted) + "\n")
         else:

@@ -108,8 +108,8 @@ def test_the_saved_result_keeps_why_each_request_failed() -> None:
     ``"failed": 2`` beside ``"errors": []``): every run asks for it, texts or not."""
     from servefleet.adapters.bench import load
 
-    job = {"vllm": "vllm", "base_url": "http://10.0.0.1:8000", "model": "m",
-           "concurrency": 1, "prompts": 2, "warmups": 0, "seed": 42, "input_len": 32,
-           "output_len": 16}
+    # The keys the load program adds itself before it builds the command line.
+    job = {**job_for(Scenario(name="A"), 42, port=8000, kv_gauges=[]),
+           "vllm": "vllm", "model": "m"}
     assert "--save-detailed" in load.argv_for(job, "tok", "/tmp/result")
     assert "--save-detailed" in load.argv_for({**job, "texts": True}, "tok", "/tmp/result")
