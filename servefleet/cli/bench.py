@@ -117,6 +117,18 @@ def print_changes(changes: Sequence[Change], decision: Decision | None, title: s
         out.print(f"[bold]keep {decision.keep}[/bold]: {decision.reason}")
 
 
+def _rerun_note(record: BenchRecord) -> str:
+    """Says when the seed ran again after requests lost to a closed connection (the
+    engine's figures are the last run's; see ``dropped_connections`` in the load
+    program)."""
+    reruns = record.figures.get("reruns") or []
+    if not reruns:
+        return ""
+    lost = sum(int(r.get("failed") or 0) for r in reruns)
+    return (f" (ran {len(reruns) + 1} times: {lost} request(s) of the earlier run(s) found "
+            "their connection closed by the engine before it answered)")
+
+
 def _scenarios(project: Project, path: str | None, only: str | None) -> list[Scenario]:
     from servefleet.core.bench.scenario import load_scenarios, select
 
@@ -318,7 +330,8 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
         finished=lambda r: say(
             f"{node}/{deployment} {r.scenario} seed {r.seed}: "
             f"{r.value('output_throughput') or 0:,.1f} out tok/s, TTFT "
-            f"{r.value('mean_ttft_ms') or 0:,.1f} ms, {int(r.value('failed') or 0)} failed"))
+            f"{r.value('mean_ttft_ms') or 0:,.1f} ms, {int(r.value('failed') or 0)} failed"
+            f"{_rerun_note(r)}"))
     if profile_b is not None:
         with _stops_as_interrupt():
             _ab(project, node, deployment, profile_b, scenarios, progress, say, keep_better,

@@ -113,3 +113,34 @@ def test_the_saved_result_keeps_why_each_request_failed() -> None:
            "vllm": "vllm", "model": "m"}
     assert "--save-detailed" in load.argv_for(job, "tok", "/tmp/result")
     assert "--save-detailed" in load.argv_for({**job, "texts": True}, "tok", "/tmp/result")
+
+
+# The error of the one failed request of a real `servefleet bench` run against llama-server
+# (b11434) on the simulated fleet, as `vllm bench serve` 0.32.0 saved it (paths shortened).
+DROPPED_ERROR = (
+    "Traceback (most recent call last):\n"
+    '  File "vllm/benchmarks/lib/endpoint_request_func.py", line 410, in '
+    "async_request_openai_chat_completions\n"
+    "    async with session.post(url=api_url, json=payload, headers=headers) as response:\n"
+    '  File "aiohttp/client.py", line 878, in _connect_and_send_request\n'
+    "    await resp.start(conn)\n"
+    '  File "aiohttp/streams.py", line 716, in read\n'
+    "    await self._waiter\n"
+    "aiohttp.client_exceptions.ServerDisconnectedError: Server disconnected\n")
+
+
+def test_a_request_lost_to_a_closed_connection_runs_the_seed_again() -> None:
+    """llama-server closes its connection after each streamed answer although it says
+    keep-alive (tests/sim/test_engine_llamacpp.py checks it on the real binary): a request
+    sent on it first fails without reaching the engine, and only such runs go again."""
+    from servefleet.adapters.bench import load
+
+    lost = {"failed": 1, "errors": [DROPPED_ERROR, ""]}
+    assert load.dropped_connections(lost) == [DROPPED_ERROR]
+    assert load.dropped_connections({"failed": 0, "errors": ["", ""]}) == []
+    # Any other failure is the engine's: an HTTP error beside the dropped one, or failures
+    # whose errors the result does not hold.
+    http_error = "Bad Request: the prompt is longer than the context"
+    assert load.dropped_connections({"failed": 2, "errors": [DROPPED_ERROR, http_error]}) == []
+    assert load.dropped_connections({"failed": 2, "errors": [DROPPED_ERROR]}) == []
+    assert load.dropped_connections({"failed": 1, "errors": []}) == []

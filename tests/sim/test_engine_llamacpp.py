@@ -42,6 +42,29 @@ def _get(url: str) -> tuple[int, bytes]:
         return answer.status, answer.read()
 
 
+def _streamed_answer(port: int) -> tuple[str, bool]:
+    """A streamed completion over one HTTP/1.1 connection: the answer's headers, and
+    whether the server closed the connection within 2 s of the stream's end (its
+    keep-alive timeout is 5 s)."""
+    body = json.dumps({"prompt": "hi", "max_tokens": 4, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        data = b""
+        while True:
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                closed = False
+                break
+            if not chunk:
+                closed = True
+                break
+            data += chunk
+    assert data.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), data[-200:]
+    return data.split(b"\r\n\r\n", 1)[0].decode(), closed
+
+
 def test_cached_llama_server_serves_the_tiny_model(tmp_path: Path) -> None:
     if not (llamacpp.install_dir() / "bin" / "llama-server").is_file():
         pytest.skip(f"llama.cpp install not built yet at {llamacpp.install_dir()}")
@@ -70,6 +93,12 @@ def test_cached_llama_server_serves_the_tiny_model(tmp_path: Path) -> None:
         assert props["total_slots"] == 4
         assert props["default_generation_settings"]["n_ctx"] == 256
         assert b"llamacpp:prompt_tokens_total" in _get(f"http://127.0.0.1:{port}/metrics")[1]
+        head, closed = _streamed_answer(port)
+        # Why `servefleet bench` runs a seed again after a request lost to a closed
+        # connection (adapters/bench/load.py, dropped_connections): the headers promise
+        # keep-alive, yet the server closes the connection once the stream ends.
+        assert "Keep-Alive: timeout=5, max=100" in head and "Connection: close" not in head
+        assert closed, "llama-server kept the connection after a streamed answer"
     finally:
         server.terminate()
         server.wait(timeout=30)

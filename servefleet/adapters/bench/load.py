@@ -7,6 +7,8 @@ the KV usage gauges and keeps the peak; every two seconds a line ``@@bench-alive
 tells the controller it is still going, and a write that fails (the controller went away:
 ``docker exec`` keeps a process running when its client dies) stops the load generator. At
 the end one line: ``@@bench-result {json}`` with the figures, or ``@@bench-error reason``.
+A run whose only failures are requests lost to a connection the engine had closed runs
+again (at most :data:`RERUNS` times; the figures' ``reruns`` say so).
 """
 
 import base64
@@ -22,6 +24,10 @@ import time
 import urllib.request
 
 ALIVE_SECONDS = 2.0
+RERUNS = 2
+"""Runs of one seed again after requests lost to a closed connection (see
+:func:`dropped_connections`), at most."""
+DROPPED = "ServerDisconnectedError"
 SAMPLE_SECONDS = 0.5
 KEPT = (
     "completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
@@ -113,33 +119,10 @@ def argv_for(job, tokenizer, result_dir):
     return argv
 
 
-def main():
-    job = json.loads(sys.argv[1])
-    vllm = shutil.which("vllm")
-    if vllm is None:
-        say("@@bench-error no `vllm` command in this container: the load generator is "
-            "vLLM's `vllm bench serve`")
-        return 3
-    job["vllm"] = vllm
-    base = job["base_url"]
-    try:
-        job["model"], tokenizer = served_model(base)
-    except Exception as error:
-        say(f"@@bench-error the engine did not answer /v1/models at {base}: {error}")
-        return 3
-    # The container may name its own tokenizer (one baked into a load image, or a local
-    # copy where the hub is out of reach); else the profile's, else the engine's answer.
-    tokenizer = (os.environ.get("SERVEFLEET_BENCH_TOKENIZER") or job.get("tokenizer")
-                 or tokenizer)
-    env = dict(os.environ)
-    key = env.get("VLLM_API_KEY") or env.get("LLAMA_API_KEY")
-    if key and not env.get("OPENAI_API_KEY"):
-        env["OPENAI_API_KEY"] = key  # what `vllm bench serve` sends as a bearer token
-    if job.get("trace"):
-        # The trace's prompt tokens are drawn from Python's hash() of each block: fixed by
-        # the seed, the same seed replays the same prompts.
-        env["PYTHONHASHSEED"] = str(job["seed"] % 2**32)
-    sampler = KvSampler(base + "/metrics", job.get("kv_gauges", ()))
+def run_once(job, tokenizer, env):
+    """One ``vllm bench serve`` run: (its saved result, the KV gauges' peak), or the exit
+    status after an ``@@bench-error`` line."""
+    sampler = KvSampler(job["base_url"] + "/metrics", job.get("kv_gauges", ()))
     sampler.start()
     with tempfile.TemporaryDirectory(prefix="servefleet-bench-") as folder:
         log_path = os.path.join(folder, "out.log")
@@ -173,10 +156,68 @@ def main():
                 f"{child.returncode}: " + " | ".join(last))
             return 1
         with open(result_path, encoding="utf-8") as handle:
-            result = json.load(handle)
+            return json.load(handle), sampler.peak
+
+
+def dropped_connections(result):
+    """The errors of a run whose every failed request found its connection closed before
+    any byte of an answer (aiohttp's ``ServerDisconnectedError``); none for any other run.
+
+    llama-server (cpp-httplib) closes the connection after each streamed answer while its
+    headers say ``Keep-Alive: timeout=5, max=100``; ``vllm bench serve`` keeps the
+    connection in its pool and sends the next request on it at once. When the request
+    leaves before the server's close arrives (a busy machine), it fails without having
+    reached the engine. Any other error (an HTTP error, a refused connection, an answer
+    cut off midway) is the engine's and stands."""
+    errors = [e for e in result.get("errors") or [] if e]
+    if not result.get("failed") or len(errors) != result["failed"]:
+        return []
+    return errors if all(DROPPED in e for e in errors) else []
+
+
+def main():
+    job = json.loads(sys.argv[1])
+    vllm = shutil.which("vllm")
+    if vllm is None:
+        say("@@bench-error no `vllm` command in this container: the load generator is "
+            "vLLM's `vllm bench serve`")
+        return 3
+    job["vllm"] = vllm
+    base = job["base_url"]
+    try:
+        job["model"], tokenizer = served_model(base)
+    except Exception as error:
+        say(f"@@bench-error the engine did not answer /v1/models at {base}: {error}")
+        return 3
+    # The container may name its own tokenizer (one baked into a load image, or a local
+    # copy where the hub is out of reach); else the profile's, else the engine's answer.
+    tokenizer = (os.environ.get("SERVEFLEET_BENCH_TOKENIZER") or job.get("tokenizer")
+                 or tokenizer)
+    env = dict(os.environ)
+    key = env.get("VLLM_API_KEY") or env.get("LLAMA_API_KEY")
+    if key and not env.get("OPENAI_API_KEY"):
+        env["OPENAI_API_KEY"] = key  # what `vllm bench serve` sends as a bearer token
+    if job.get("trace"):
+        # The trace's prompt tokens are drawn from Python's hash() of each block: fixed by
+        # the seed, the same seed replays the same prompts.
+        env["PYTHONHASHSEED"] = str(job["seed"] % 2**32)
+    reruns = []  # type: list[dict]
+    while True:
+        outcome = run_once(job, tokenizer, env)
+        if isinstance(outcome, int):
+            return outcome
+        result, kv_peak = outcome
+        dropped = dropped_connections(result)
+        if not dropped or len(reruns) >= RERUNS:
+            break
+        # Figures with a request lost to a closed keep-alive connection measure the client's
+        # pool, not the engine: the seed runs again, and the result says so.
+        reruns.append({"failed": len(dropped), "error": dropped[0].strip().splitlines()[-1]})
     figures = {k: result[k] for k in KEPT if result.get(k) is not None}
     figures["errors"] = [e for e in result.get("errors") or [] if e][:3]
-    figures["kv_peak"] = sampler.peak
+    figures["kv_peak"] = kv_peak
+    if reruns:
+        figures["reruns"] = reruns
     figures["model"] = job["model"]
     figures["tokenizer"] = tokenizer
     if job.get("texts"):
