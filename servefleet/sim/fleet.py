@@ -111,8 +111,8 @@ def reset_control_dir(node: NodeLayout) -> None:
     A test run cut off while the test bed had the stand-in engine run leaves KV baselines
     measured on the stand-in in the node's base folder; the real engine that runs once the
     marker is gone would fail every health gate against them (a 1.3M-token stand-in pool
-    against the real engine's 2.1M). They go with the marker, as ``Testbed.run_standin``
-    drops them when it switches engines."""
+    against the real engine's 2.1M). They go with the marker, as the test bed's
+    ``FleetHandle.run_standin`` drops them when it switches engines."""
     if (node.control_dir / cpu_twin.STANDIN_FILE).exists():
         (node.base_dir / BASELINE_FILE).unlink(missing_ok=True)
     shutil.rmtree(node.control_dir, ignore_errors=True)
