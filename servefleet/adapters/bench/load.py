@@ -159,6 +159,12 @@ def run_once(job, tokenizer, env):
             return json.load(handle), sampler.peak
 
 
+def request_errors(result):
+    """The saved result's per-request errors, without the successful requests' empty
+    ones."""
+    return [e for e in result.get("errors") or [] if e]
+
+
 def dropped_connections(result):
     """The errors of a run whose every failed request found its connection closed before
     any byte of an answer (aiohttp's ``ServerDisconnectedError``); none for any other run.
@@ -169,7 +175,7 @@ def dropped_connections(result):
     leaves before the server's close arrives (a busy machine), it fails without having
     reached the engine. Any other error (an HTTP error, a refused connection, an answer
     cut off midway) is the engine's and stands."""
-    errors = [e for e in result.get("errors") or [] if e]
+    errors = request_errors(result)
     if not result.get("failed") or len(errors) != result["failed"]:
         return []
     return errors if all(DROPPED in e for e in errors) else []
@@ -214,7 +220,7 @@ def main():
         # pool, not the engine: the seed runs again, and the result says so.
         reruns.append({"failed": len(dropped), "error": dropped[0].strip().splitlines()[-1]})
     figures = {k: result[k] for k in KEPT if result.get(k) is not None}
-    figures["errors"] = [e for e in result.get("errors") or [] if e][:3]
+    figures["errors"] = request_errors(result)[:3]
     figures["kv_peak"] = kv_peak
     if reruns:
         figures["reruns"] = reruns
