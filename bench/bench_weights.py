@@ -81,11 +81,11 @@ def ssh(project: Project, node: str, script: str) -> str:
 
 
 def forget(project: Project, node: str, names: list[str]) -> None:
-    """Remove the staged files and their records; the record folder too when empty (the
-    node's models folder is left as found)."""
+    """Remove the staged files, a download a stopped staging left (``.partial``) and their
+    records; the record folder too when empty (the node's models folder is left as found)."""
     models = project.nodes[node].models_dir
-    quoted = " ".join(f"{shlex.quote(f'{models}/{n}')} "
-                      f"{shlex.quote(f'{models}/.servefleet/{n}.verified')}" for n in names)
+    quoted = " ".join(shlex.quote(path) for n in names for path in (
+        f"{models}/{n}", f"{models}/{n}.partial", f"{models}/.servefleet/{n}.verified"))
     ssh(project, node, f"rm -f {quoted}; rmdir {shlex.quote(f'{models}/.servefleet')} "
                        "2>/dev/null; true")
 

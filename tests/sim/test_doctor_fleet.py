@@ -4,9 +4,11 @@ a process listening on a port the stack places there, a host key that is not the
 and an SSH port nobody listens on. Every fault is undone before the test ends.
 
 The project is a copy of the fleet's inventory with a stack of its own (``Pulumi.doctor.
-yaml``: deployment ``doctor`` on port 18491 of sim-5090). The disk thresholds are lowered to
-1 GiB so that the machine's own disk never decides a line; the full disk is a real one
-(a 1 MiB tmpfs over the node's models folder, filled by :func:`node_faults.fill_disk`).
+yaml``: deployment ``doctor`` on port 18491 of sim-5090), whose sim-5090 names a models folder
+of this module's own: the fleet's shared one may hold what another test staged, which a small
+disk mounted over it would hide. The disk thresholds are lowered to 1 GiB so that the
+machine's own disk never decides a line; the full disk is a real one (a 1 MiB tmpfs over
+that models folder, filled by :func:`node_faults.fill_disk`).
 """
 
 from __future__ import annotations
@@ -38,12 +40,34 @@ THRESHOLDS = ("--min-free-images-gib", "1", "--min-free-weights-gib", "1")
 
 
 @pytest.fixture(scope="module")
-def project(sim_fleet: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The fleet's node files and a stack placing deployment ``doctor`` on port 18491."""
+def models_dir(sim_fleet: FleetHandle) -> Iterator[Path]:
+    """An empty models folder on sim-5090 for this module alone (removed after it; one an
+    interrupted run left behind, a small disk still mounted on it included, goes first)."""
+    folder = sim_fleet.node_files(NODE).root / "doctor-models"
+
+    def remove() -> None:
+        node_faults.unmount_small_disk(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    remove()
+    folder.mkdir()
+    yield folder
+    remove()
+
+
+@pytest.fixture(scope="module")
+def project(sim_fleet: FleetHandle, models_dir: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fleet's node files, sim-5090's models folder swapped for :func:`models_dir`, and a
+    stack placing deployment ``doctor`` on port 18491."""
     root = tmp_path_factory.mktemp("doctor-project")
     (root / "nodes" / "sim").mkdir(parents=True)
     for path in inventory_dir(sim_fleet.project_dir).glob("*.yaml"):
         shutil.copy(path, root / "nodes" / "sim" / path.name)
+    node_file = root / "nodes" / "sim" / f"{NODE}.yaml"
+    node = yaml.safe_load(node_file.read_text())
+    node["models_dir"] = str(models_dir)
+    node_file.write_text(yaml.safe_dump(node, sort_keys=False))
     (root / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump({"config": {
         "servefleet:profiles": {NODE: {"doctor": {"profile": "qwen36-q4-llamacpp",
                                                   "port": PORT}}}}}))
@@ -113,20 +137,19 @@ def test_a_stopped_dockerd_fails_docker_and_the_gpu_runtime(
 
 
 def test_a_full_models_disk_fails_the_weights_check(
-        doctor: Callable[..., Result], sim_fleet: FleetHandle) -> None:
-    models = sim_fleet.node_files(NODE).models_dir
-    assert not any(models.iterdir()), "the models folder of a sim node is empty"
-    node_faults.mount_small_disk(models, inodes=64, size_mib=1)
+        doctor: Callable[..., Result], models_dir: Path) -> None:
+    assert not any(models_dir.iterdir()), sorted(p.name for p in models_dir.iterdir())
+    node_faults.mount_small_disk(models_dir, inodes=64, size_mib=1)
     try:
-        node_faults.fill_disk(models)
+        node_faults.fill_disk(models_dir)
         result = doctor()
     finally:
-        node_faults.free_disk(models)
-        node_faults.unmount_small_disk(models)
+        node_faults.free_disk(models_dir)
+        node_faults.unmount_small_disk(models_dir)
     assert result.exit_code == 1, result.output
-    assert (f"  fail  disk for weights (models dir): 0 MiB free under {models}, below 1 GiB; "
-            "fix: free space: remove models no deployment uses (`hf cache delete` for the HF "
-            "cache); or lower --min-free-weights-gib if this node's engines need less"
+    assert (f"  fail  disk for weights (models dir): 0 MiB free under {models_dir}, below "
+            "1 GiB; fix: free space: remove models no deployment uses (`hf cache delete` for "
+            "the HF cache); or lower --min-free-weights-gib if this node's engines need less"
             ) in lines(result)
     assert [line for line in lines(result) if line.startswith("  fail")] == [
         line for line in lines(result) if "(models dir)" in line]
