@@ -1,7 +1,13 @@
-"""A bounded load through the gateway: a few workers send small chat requests one after
-another until told to stop (or a request cap), and every request's outcome and latency is
-kept. What the gateway's tests and its benchmark measure a rollout against: a failed
+"""A bounded load through the gateway (or straight at one engine): a few workers send small
+chat requests one after another until told to stop (or a request cap), and every request
+ends in exactly one recorded :class:`Outcome`: its class, its latency and the engine that
+answered it. What the gateway's tests and its benchmark measure a rollout against: a failed
 request is any answer but 200 with a completion, or no answer.
+
+Nothing is lost on the way: a worker counts a request before it sends it, records an outcome
+for whatever happens to it (an exception of any kind included), and :meth:`GatewayLoad.stop`
+raises :class:`LoadBroken` when a worker died, did not finish, or a sent request has no
+outcome. A load that stopped early therefore cannot pass for a load that saw no failure.
 
 Only loopback or the simulated nodes' addresses are meant to be loaded (the caller names
 the URL); the count and the time are bounded.
@@ -9,17 +15,41 @@ the URL); the count and the time are bounded.
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import statistics
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 MAX_REQUESTS = 20_000
 """A hard cap whatever the caller asks."""
+
+ENGINE_HEADER = "x-servefleet-engine"
+"""The response header the gateway sets to the server (``node.deployment``) that answered."""
+
+OutcomeClass = Literal["ok", "http_error", "refused", "reset", "cut_body", "timeout", "other"]
+OUTCOME_CLASSES: tuple[OutcomeClass, ...] = (
+    "ok", "http_error", "refused", "reset", "cut_body", "timeout", "other")
+"""Every class a request can end in:
+
+- ``ok``: HTTP 200 with a JSON body that has ``choices``;
+- ``http_error``: any other status (the gateway's 502/503/504 included);
+- ``refused``: the connection was refused (nothing listening);
+- ``reset``: the connection was reset, or closed before a status line arrived;
+- ``cut_body``: a status line arrived but the body was cut short or is not JSON;
+- ``timeout``: no answer within the request timeout;
+- ``other``: anything else (a 200 without ``choices``, junk for a status line, …).
+"""
+
+
+class LoadBroken(RuntimeError):
+    """The load did not run as a whole: a worker died, hung, or lost a request."""
 
 
 @dataclass(frozen=True)
@@ -28,10 +58,39 @@ class Outcome:
 
     started: float
     """``time.monotonic()`` when it was sent."""
-    seconds: float
-    ok: bool
+    finished: float
+    """``time.monotonic()`` when its outcome was known."""
+    kind: OutcomeClass
+    engine: str | None
+    """The engine that answered: the gateway's :data:`ENGINE_HEADER`, or the load's own
+    ``engine`` when it targets one engine; ``None`` when nothing answered."""
     detail: str
-    """The engine that answered (``x-servefleet-engine``… when known) or the error."""
+    """What happened, in a few words (the status and the start of the body, or the error)."""
+
+    @property
+    def ok(self) -> bool:
+        """Answered 200 with a completion."""
+        return self.kind == "ok"
+
+    @property
+    def seconds(self) -> float:
+        """Latency, send to outcome."""
+        return self.finished - self.started
+
+
+def classify(error: BaseException) -> OutcomeClass:
+    """The class of a request that raised ``error`` (see :data:`OUTCOME_CLASSES`)."""
+    if isinstance(error, ConnectionRefusedError):
+        return "refused"
+    if isinstance(error, (TimeoutError, socket.timeout)):
+        return "timeout"
+    # RemoteDisconnected is both a ConnectionResetError and a BadStatusLine: the peer
+    # closed before any status line, which is a reset for the client.
+    if isinstance(error, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+        return "reset"
+    if isinstance(error, (http.client.IncompleteRead, ValueError)):
+        return "cut_body"
+    return "other"
 
 
 @dataclass
@@ -43,55 +102,127 @@ class GatewayLoad:
     workers: int = 2
     timeout: float = 120
     headers: dict[str, str] = field(default_factory=dict)
+    engine: str | None = None
+    """The engine every answer comes from when ``url`` is one engine, not the gateway."""
+    max_requests: int = MAX_REQUESTS
+    """Stop after this many requests (never more than :data:`MAX_REQUESTS`)."""
     outcomes: list[Outcome] = field(default_factory=list)
+    sent: int = 0
+    """Requests counted before they were sent: at stop, every one has an outcome."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _finished: list[threading.Thread] = field(default_factory=list)
+    _died: list[str] = field(default_factory=list)
 
     def _one(self) -> Outcome:
+        """Send one request and classify what came back; never raises."""
+        parts = urllib.parse.urlsplit(self.url)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         data = json.dumps(self.body).encode()
-        request = urllib.request.Request(self.url, data=data, method="POST", headers={
-            "content-type": "application/json", **self.headers})
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         started = time.monotonic()
+        engine: str | None = None
+        connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80,
+                                                timeout=self.timeout)
         try:
-            with opener.open(request, timeout=self.timeout) as response:
-                answer = json.loads(response.read())
-                ok = response.status == 200 and bool(answer.get("choices"))
-                detail = "ok" if ok else f"HTTP {response.status} without choices"
-        except urllib.error.HTTPError as error:
-            ok, detail = False, f"HTTP {error.code}: {error.read()[:200]!r}"
-        except (urllib.error.URLError, OSError, ValueError) as error:
-            ok, detail = False, f"{type(error).__name__}: {error}"
-        return Outcome(started, time.monotonic() - started, ok, detail)
+            connection.request("POST", path, body=data, headers={
+                "content-type": "application/json", "connection": "close", **self.headers})
+            response = connection.getresponse()
+            engine = response.getheader(ENGINE_HEADER) or self.engine
+            raw = response.read()
+            kind, detail = _judge(response.status, raw)
+        except BaseException as error:  # every outcome is recorded
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            kind, detail = classify(error), f"{type(error).__name__}: {error}"[:200]
+        finally:
+            connection.close()
+        return Outcome(started, time.monotonic(), kind, engine if kind != "refused" else None,
+                       detail)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            outcome = self._one()
+        me = threading.current_thread()
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    if self.sent >= min(self.max_requests, MAX_REQUESTS):
+                        self._stop.set()
+                        break
+                    self.sent += 1
+                outcome = self._one()
+                with self._lock:
+                    self.outcomes.append(outcome)
+        except BaseException as error:  # said at stop, never lost
             with self._lock:
-                self.outcomes.append(outcome)
-                if len(self.outcomes) >= MAX_REQUESTS:
-                    self._stop.set()
+                self._died.append(f"{me.name}: {type(error).__name__}: {error}")
+            return  # said by check(); re-raising would only print it
+        with self._lock:
+            self._finished.append(me)
 
     def start(self) -> GatewayLoad:
         """Start the workers."""
-        for _ in range(self.workers):
-            thread = threading.Thread(target=self._run, daemon=True)
+        for index in range(self.workers):
+            thread = threading.Thread(target=self._run, daemon=True, name=f"load-{index}")
             thread.start()
             self._threads.append(thread)
         return self
 
     def stop(self) -> list[Outcome]:
-        """Stop after the requests in flight; every outcome so far."""
+        """Stop after the requests in flight; every outcome. Raises :class:`LoadBroken`
+        when a worker died or hung, or a request sent has no outcome."""
         self._stop.set()
+        deadline = time.monotonic() + self.timeout + 5
         for thread in self._threads:
-            thread.join(self.timeout + 5)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self.check()
         return list(self.outcomes)
+
+    def wait(self, timeout: float) -> list[Outcome]:
+        """Wait for a load bounded by ``max_requests`` to send them all, then stop it."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return self.stop()
+
+    def check(self) -> None:
+        """Raise :class:`LoadBroken` unless every worker ran to its end and every request
+        sent has an outcome."""
+        with self._lock:
+            hung = [t.name for t in self._threads if t.is_alive()]
+            problems = list(self._died)
+            if hung:
+                problems.append(f"still running: {', '.join(hung)}")
+            missing = [t.name for t in self._threads
+                       if t not in self._finished and not t.is_alive()]
+            if missing and not self._died:
+                problems.append(f"ended without finishing: {', '.join(missing)}")
+            if self.sent != len(self.outcomes):
+                problems.append(f"{self.sent} requests sent, {len(self.outcomes)} recorded")
+        if problems:
+            raise LoadBroken("the load did not run to its end: " + "; ".join(problems))
 
     def between(self, start: float, end: float) -> list[Outcome]:
         """Outcomes of requests sent in ``[start, end)`` (monotonic seconds)."""
         with self._lock:
             return [o for o in self.outcomes if start <= o.started < end]
+
+    def within(self, start: float, end: float) -> list[Outcome]:
+        """Outcomes of requests sent at or after ``start`` and answered by ``end``: those
+        the gateway surely routed inside the window."""
+        with self._lock:
+            return [o for o in self.outcomes if start <= o.started and o.finished <= end]
+
+
+def _judge(status: int, raw: bytes) -> tuple[OutcomeClass, str]:
+    if status != 200:
+        return "http_error", f"HTTP {status}: {raw[:200]!r}"
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        return "cut_body", f"HTTP 200, body not JSON ({len(raw)} bytes): {raw[:80]!r}"
+    if isinstance(answer, dict) and answer.get("choices"):
+        return "ok", "HTTP 200"
+    return "other", f"HTTP 200 without choices: {raw[:200]!r}"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -103,11 +234,26 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[max(0, min(98, int(q) - 1))]
 
 
+def by_class(outcomes: Iterable[Outcome]) -> dict[str, int]:
+    """Count per outcome class, every class present (0 where none)."""
+    counts = Counter(o.kind for o in outcomes)
+    return {kind: counts.get(kind, 0) for kind in OUTCOME_CLASSES}
+
+
+def by_engine(outcomes: Iterable[Outcome]) -> dict[str, int]:
+    """Answered requests per engine (``-`` where no engine answered)."""
+    return dict(sorted(Counter(o.engine or "-" for o in outcomes).items()))
+
+
 def summary(outcomes: list[Outcome]) -> dict[str, Any]:
-    """Count, failures (with the first few reasons), p50 and p99 latency in ms."""
+    """Count, failures by class (with the first few reasons), the engines that answered,
+    p50 and p99 latency in ms of the successful requests."""
     latencies = [o.seconds * 1000 for o in outcomes if o.ok]
     failed = [o for o in outcomes if not o.ok]
+    classes = by_class(outcomes)
     return {"requests": len(outcomes), "failed": len(failed),
+            "by_class": {k: n for k, n in classes.items() if k != "ok"},
+            "engines": by_engine(outcomes),
             "failures": sorted({o.detail for o in failed})[:5],
             "p50_ms": round(percentile(latencies, 50), 1),
             "p99_ms": round(percentile(latencies, 99), 1)}

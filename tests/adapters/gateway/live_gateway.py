@@ -152,16 +152,20 @@ class RunningGateway:
 
 
 @contextlib.contextmanager
-def running_gateway(haproxy: str, project: Project, folder: Path) -> Iterator[RunningGateway]:
+def running_gateway(haproxy: str, project: Project, folder: Path,
+                    threads: int | None = None) -> Iterator[RunningGateway]:
     """HAProxy on the project's rendered gateway files, the Lua script read from ``folder``
-    instead of the container's path; stopped at the end."""
+    instead of the container's path, with ``threads`` worker threads (HAProxy's default is
+    one per CPU of the host); stopped at the end."""
     rendered = render_gateway(project)
     folder.mkdir(parents=True, exist_ok=True)
     for name, content in rendered.files.items():
         (folder / name).write_bytes(content)
     config = folder / "haproxy.cfg"
-    config.write_text(config.read_text().replace(LUA_IN_CONTAINER,
-                                                 str(folder / "servefleet.lua")))
+    text = config.read_text().replace(LUA_IN_CONTAINER, str(folder / "servefleet.lua"))
+    if threads is not None:
+        text = text.replace("\nglobal\n", f"\nglobal\n  nbthread {threads}\n", 1)
+    config.write_text(text)
     log = folder / "haproxy.log"
     gw = project.stack.gateway
     with log.open("wb") as sink:
@@ -185,3 +189,14 @@ def running_gateway(haproxy: str, project: Project, folder: Path) -> Iterator[Ru
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def show_info(admin_port: int) -> dict[str, str]:
+    """HAProxy's ``show info`` over its runtime API, as a mapping."""
+    with socket.create_connection(("127.0.0.1", admin_port), timeout=5) as conn:
+        conn.sendall(b"show info\n")
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    pairs = (line.split(":", 1) for line in data.decode().splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs}

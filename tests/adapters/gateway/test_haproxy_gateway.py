@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from live_gateway import engines, free_port, loopback_project, running_gateway
+from live_gateway import engines, free_port, loopback_project, running_gateway, show_info
 
 SPARK1, NOMTP, SPARK2, Q4 = "dgx-spark-1/main", "dgx-spark-1/nomtp", "dgx-spark-2/main", \
     "rtx5090/main"
@@ -49,6 +49,21 @@ def test_requests_go_to_the_engines_serving_their_model(fleet) -> None:  # type:
     assert not e["nomtp"].bodies
     status, listed = gw.get("/v1/models")
     assert status == 200 and [m["id"] for m in listed["data"]] == ["qwen36", "qwen36-q4"]
+
+
+def test_every_answer_names_the_engine_that_gave_it(fleet) -> None:  # type: ignore[no-untyped-def]
+    """The gateway's ``x-servefleet-engine`` header, read by the load generator: what the
+    rollout's drain tests count per engine."""
+    from servefleet.sim.gateway_load import GatewayLoad, summary
+
+    gw, e = fleet
+    load = GatewayLoad(f"http://127.0.0.1:{gw.port}/v1/chat/completions", _chat("qwen36"),
+                       workers=2, timeout=10, max_requests=12).start()
+    seen = summary(load.wait(timeout=60))
+    # These engines echo the request instead of completing it: 200 without ``choices``.
+    assert seen["requests"] == 12 and seen["by_class"]["other"] == 12, seen
+    assert set(seen["engines"]) == {"dgx-spark-1.main", "dgx-spark-2.main"}, seen
+    assert seen["engines"]["dgx-spark-1.main"] == len(e["spark1"].bodies)
 
 
 def test_unknown_or_missing_model_is_refused_with_a_reason(fleet) -> None:  # type: ignore[no-untyped-def]
@@ -138,7 +153,10 @@ def test_the_thinking_rewrite_holds_under_concurrent_requests(haproxy: str,
     with engines(2) as (e1, e2):
         project = loopback_project({SPARK1: e1.port, SPARK2: e2.port}, _gateway({}, [
             {"model": "qwen36", "thinking": True}]))
-        with running_gateway(haproxy, project, tmp_path / "gw") as gw:
+        # Set, not left to the host: on a one-CPU runner HAProxy would start one thread
+        # and the shared-state bug could not happen.
+        with running_gateway(haproxy, project, tmp_path / "gw", threads=4) as gw:
+            assert show_info(gw.admin_port)["Nbthread"] == "4"
             def one(index: int) -> bool:
                 try:
                     status, answer = gw.post("/v1/chat/completions", _chat("qwen36", str(index)),
