@@ -16,6 +16,7 @@ the URL); the count and the time are bounded.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import socket
 import statistics
@@ -23,9 +24,11 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from servefleet.adapters.gateway.follow import GatewayEvent
 
 MAX_REQUESTS = 20_000
 """A hard cap whatever the caller asks."""
@@ -257,3 +260,54 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
             "failures": sorted({o.detail for o in failed})[:5],
             "p50_ms": round(percentile(latencies, 50), 1),
             "p99_ms": round(percentile(latencies, 99), 1)}
+
+
+@dataclass(frozen=True)
+class DrainWindow:
+    """From a server's drain to its re-admission: no request sent in it may reach it."""
+
+    server: str
+    start: float
+    end: float
+    """``math.inf`` when it was not re-admitted while the load ran."""
+
+
+def drain_windows(events: Sequence[GatewayEvent]) -> list[DrainWindow]:
+    """Each drain paired with the next re-admission of the same server (a server in several
+    routes gives one window per route)."""
+    windows: list[DrainWindow] = []
+    open_at: dict[tuple[str, str], float] = {}
+    for event in events:
+        key = (event.backend, event.server)
+        if event.what == "drained":
+            open_at.setdefault(key, event.at)
+        elif key in open_at:
+            windows.append(DrainWindow(event.server, open_at.pop(key), event.at))
+    windows += [DrainWindow(server, start, float("inf")) for (_, server), start in open_at.items()]
+    return sorted(windows, key=lambda w: (w.start, w.server))
+
+
+def phases(events: Sequence[GatewayEvent], start: float, end: float
+           ) -> list[tuple[str, float, float]]:
+    """``[start, end)`` cut at every drain and re-admission: ``(name, from, to)`` with names
+    saying which servers were drained, so that every request sent in it lies in exactly one
+    phase."""
+    cuts = sorted({start, end, *(e.at for e in events if start < e.at < end)})
+    out = []
+    for a, b in itertools.pairwise(cuts):
+        drained = sorted({w.server for w in drain_windows(events) if w.start <= a < w.end})
+        out.append((f"{', '.join(drained)} drained" if drained else "all in rotation", a, b))
+    return out
+
+
+def phase_table(load: GatewayLoad, parts: list[tuple[str, float, float]]) -> list[str]:
+    """One line per phase: requests, failures by class, engines that answered, latency."""
+    lines = []
+    for name, a, b in parts:
+        seen = summary(load.between(a, b))
+        failed = ", ".join(f"{k} {n}" for k, n in seen["by_class"].items() if n) or "none"
+        engines = ", ".join(f"{k} {n}" for k, n in seen["engines"].items())
+        lines.append(f"{name:<28} {b - a:6.1f} s {seen['requests']:>5} requests; failed: "
+                     f"{failed}; answered by: {engines or '-'}; p50 {seen['p50_ms']} ms, "
+                     f"p99 {seen['p99_ms']} ms")
+    return lines

@@ -14,8 +14,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from servefleet.adapters.gateway.follow import GatewayEvent
 from servefleet.sim import gateway_load
-from servefleet.sim.gateway_load import ENGINE_HEADER, GatewayLoad, LoadBroken, summary
+from servefleet.sim.gateway_load import (
+    ENGINE_HEADER,
+    DrainWindow,
+    GatewayLoad,
+    LoadBroken,
+    drain_windows,
+    phases,
+    summary,
+)
 
 TIMEOUT = 0.5
 OK_BODY = b'{"choices": [{"message": {"content": "hi"}}]}'
@@ -194,3 +203,17 @@ def test_within_keeps_only_requests_answered_inside_the_window() -> None:
                      mk(0.5, 1.5, "ok", "a", ""), mk(2.0, 2.5, "reset", None, "")]
     assert [o.started for o in load.within(1.0, 3.0)] == [1.0, 2.0]
     assert [o.started for o in load.between(1.0, 3.0)] == [1.0, 1.5, 2.0]
+
+
+def test_drain_windows_pair_each_drain_with_its_readmission() -> None:
+    events = [GatewayEvent("drained", "r0", "a.gw", 1.0),
+              GatewayEvent("drained", "r1", "a.gw", 1.1),
+              GatewayEvent("admitting", "r0", "a.gw", 5.0),
+              GatewayEvent("admitting", "r1", "a.gw", 5.1),
+              GatewayEvent("drained", "r1", "b.gw", 6.0)]
+    assert drain_windows(events) == [DrainWindow("a.gw", 1.0, 5.0), DrainWindow("a.gw", 1.1, 5.1),
+                                     DrainWindow("b.gw", 6.0, float("inf"))]
+    parts = phases(events, 0.0, 8.0)
+    assert [(name, a, b) for name, a, b in parts] == [
+        ("all in rotation", 0.0, 1.0), ("a.gw drained", 1.0, 1.1), ("a.gw drained", 1.1, 5.0),
+        ("a.gw drained", 5.0, 5.1), ("all in rotation", 5.1, 6.0), ("b.gw drained", 6.0, 8.0)]

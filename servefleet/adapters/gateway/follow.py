@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 from servefleet.adapters.gateway.runtime_api import RuntimeApi, api_through, wait_for
 from servefleet.adapters.rollout.steps import Hook, HookCall, RolloutHooks
@@ -29,6 +31,22 @@ from servefleet.core.secrets import SecretMask
 Say = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class GatewayEvent:
+    """A change this follower made to what the gateway sends to: when a server stopped
+    getting new requests, or was about to get them again."""
+
+    what: Literal["drained", "admitting"]
+    """``drained``: set to drain (no new request from here on); ``admitting``: about to be
+    set back to ready (no new request before this)."""
+    backend: str
+    server: str
+    """HAProxy's server name, ``node.deployment``: what the gateway's
+    ``x-servefleet-engine`` response header says."""
+    at: float
+    """``time.monotonic()`` of the change."""
+
+
 class OutageRefused(ServefleetError):
     """Draining this engine would leave a route with no engine serving."""
 
@@ -43,6 +61,10 @@ class GatewayFollow:
     allow_outage: bool = False
     drained: set[str] = field(default_factory=set)
     """``node/deployment`` keys this object drained and has not re-admitted."""
+    events: list[GatewayEvent] = field(default_factory=list)
+    """Every drain and re-admission, in order: the window in which a drained engine must
+    get no new request."""
+    clock: Callable[[], float] = time.monotonic
     turn: threading.Lock = field(default_factory=threading.Lock)
     """One check-and-drain at a time: two engines of a route rolled out in parallel must
     not both see the other serving and both drain."""
@@ -58,6 +80,7 @@ class GatewayFollow:
                 self._refuse_outage(node, deployment, mine, states)
             for backend, server in mine:
                 self.api.set_state(backend, server, "drain")
+                self.events.append(GatewayEvent("drained", backend, server, self.clock()))
             self.drained.add(f"{node}/{deployment}")
         say(f"drained in the gateway ({', '.join(b for b, _ in mine)}); waiting for the "
             "requests in flight")
@@ -103,6 +126,7 @@ class GatewayFollow:
         if not mine:
             return
         for backend, server in mine:
+            self.events.append(GatewayEvent("admitting", backend, server, self.clock()))
             self.api.set_state(backend, server, "ready")
         self.drained.discard(f"{node}/{deployment}")
         wanted = set(mine)

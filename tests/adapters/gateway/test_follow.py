@@ -73,6 +73,10 @@ def test_drain_waits_for_the_request_in_flight_and_sends_new_ones_elsewhere(
             follow.readmit("dgx-spark-1", "main", said.append)
             assert _rotation(api) == {"dgx-spark-1.main": "serving",
                                       "dgx-spark-2.main": "serving"}
+            # The timeline a load test counts a drained engine's share against.
+            assert [(e.what, e.server) for e in follow.events] == [
+                ("drained", "dgx-spark-1.main"), ("admitting", "dgx-spark-1.main")]
+            assert started < follow.events[0].at < follow.events[1].at < time.monotonic()
 
 
 def test_draining_the_last_serving_engine_of_a_route_is_refused(haproxy: str,
