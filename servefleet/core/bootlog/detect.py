@@ -30,6 +30,10 @@ TOKENS: tuple[tuple[str, Engine], ...] = (
     ("vllm serve: error: ", "vllm"),
     ("vllm: error: ", "vllm"),
     ("usage: api_server.py", "vllm"),
+    # vLLM's CLI lists its subcommands in its argparse usage whatever its program name
+    # (`python -m vllm.entrypoints.cli.main` is main.py; wrappers rename it).
+    ("{chat,complete,serve,", "vllm"),
+    ("serve [model_tag] [options]", "vllm"),
     ("usage: launch_server.py", "sglang"),
     ("launch_server.py: error: ", "sglang"),
     ("SGLang Version", "sglang"),

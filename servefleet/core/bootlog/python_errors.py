@@ -114,6 +114,14 @@ def cli_error(state: EngineState, line: LogLine, rx: tuple[re.Pattern[str], ...]
     return True
 
 
+#: argparse's ``PROG: error: MESSAGE``: vLLM's own program names with any message, any
+#: ``*.py``, and any other program name (a wrapper script, ``main.py serve`` under
+#: ``python -m``) when the message is one argparse itself writes.
+_ARGPARSE_ERROR = (
+    "^((vllm( [a-z-]+)?|[A-Za-z0-9_.-]+[.]py): error: "
+    "|[A-Za-z0-9_./-]+( [a-z][a-z0-9_-]*)?: error: (unrecognized arguments: |argument "
+    "|the following arguments are required: |invalid choice: |ambiguous option: ))")
+
 _HTTP_2XX = '"(GET|POST|PUT|PATCH|DELETE|HEAD) [^ "]+ HTTP/[0-9.]+" 2[0-9][0-9]'
 
 
@@ -128,6 +136,6 @@ def served(state: EngineState, line: LogLine, rx: tuple[re.Pattern[str], ...]) -
 #: Rules every Python engine (vLLM, SGLang) shares beyond the exception rules: argparse's
 #: refusal of the command line, and uvicorn's access log proving the server answers.
 PYTHON_SERVER_RULES: tuple[Rule, ...] = (
-    Rule(": error: ", ("^(vllm( [a-z-]+)?|[A-Za-z0-9_.-]+[.]py): error: ",), cli_error, BOOT),
+    Rule(": error: ", (_ARGPARSE_ERROR,), cli_error, BOOT),
     Rule('" 2', (_HTTP_2XX,), served, BOOT),
 )

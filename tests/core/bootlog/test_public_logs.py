@@ -55,6 +55,8 @@ EXPECTED: dict[str, tuple[str, str | None, str | None, str | None, str | None]] 
         ("failed", "vllm", None, None, "invalid_arguments"),
     "E-vllm-0.17.1-top-level-unrecognized-arguments.log":
         ("failed", "vllm", None, None, "invalid_arguments"),
+    "E-vllm-unknown-renamed-cli-unrecognized-arguments.log":
+        ("failed", "vllm", None, None, "invalid_arguments"),
     "E-sglang-0.5.5-unrecognized-arguments.log":
         ("failed", "sglang", None, None, "invalid_arguments"),
     "E-llamacpp-unknown-invalid-argument-hf.log":
