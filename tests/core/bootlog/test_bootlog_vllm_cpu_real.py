@@ -168,3 +168,15 @@ def test_ngram_in_the_node_image_agrees_with_its_metrics_page() -> None:
     # One stats line; /metrics (bookworm-eager-ngram.metrics.txt) says 92 of 112 too.
     assert (metrics.lines, metrics.accepted_tokens, metrics.drafted_tokens) == (1, 92, 112)
     assert metrics.per_position_acceptance_last == (0.875, 0.562)
+
+
+@pytest.mark.parametrize("name", ["argparse-unrecognized-arguments.log",
+                                  "argparse-invalid-choice.log"])
+def test_an_argparse_refusal_under_the_module_s_program_name(name: str) -> None:
+    """Run as ``python -m vllm.entrypoints.cli.main`` argparse calls itself ``main.py``
+    (``main.py serve`` for the subcommand): still vLLM, still a refused command line."""
+    facts = parse_file(DATA / name)
+    assert (facts.outcome, facts.engine) == ("failed", "vllm")
+    assert facts.failure_class is not None and facts.failure_class.value == "invalid_arguments"
+    [proof] = facts.evidence["outcome"]
+    assert proof.text.startswith(("main.py: error: ", "main.py serve: error: "))
