@@ -100,3 +100,40 @@ def test_a_gateway_route_the_stack_does_not_serve_is_an_error(run: Run, project:
     assert "servefleet:gateway.routes[0].to: 'rtx5090' serves no 'qwen36'" in result.output
     data = json.loads(run("validate", "--json").output)
     assert data["ok"] is False and "serves no 'qwen36'" in data["load_errors"][0]
+
+
+def test_a_wrong_config_pin_is_refused_by_validate_not_only_by_plan(run: Run, project: Path):
+    path = project / "profiles" / "qwen36-fp8.yaml"
+    real = "a24b96956f06a5055ab1e73006159adfe90cb8d6fb02f33459166f6ed8a40879"
+    path.write_text(path.read_text().replace(real, "ab" * 32))
+    data = json.loads(run("validate", "--json").output)
+    assert data["ok"] is False
+    pins = [f for f in data["findings"] if f["rule"] == "model-config-pin"]
+    # qwen36-fp8 and the two profiles that extend it
+    assert {f["file"] for f in pins} == {"profiles/qwen36-fp8.yaml",
+                                         "profiles/qwen36-fp8-mtp.yaml",
+                                         "profiles/qwen36-fp8-tp2.yaml"}
+    assert all(f["field"] == "model.config.sha256" and real in f["message"]
+               and f"set model.config.sha256: {real}" in f["fix"] for f in pins)
+
+
+def test_extends_with_another_model_is_refused_until_it_restates_the_facts(run: Run,
+                                                                           project: Path):
+    (project / "profiles" / "llama8b.yaml").write_text(
+        "extends: qwen36-fp8\nmodel:\n  id: meta-llama/Llama-3.1-8B-Instruct\n"
+        "  served_name: llama\n")
+    result = run("validate")
+    assert result.exit_code == 1, result.output
+    assert ("model.id: meta-llama/Llama-3.1-8B-Instruct replaces qwen36-fp8's "
+            "Qwen/Qwen3.6-35B-A3B-FP8 but inherits its model facts model.architecture, "
+            "model.hybrid_gdn, model.native_context, model.weights_gib, model.quant_format, "
+            "model.config, vllm.reasoning_parser, vllm.tool_call_parser") in result.output
+    assert "[extends-keeps-model-facts]" in result.output
+    (project / "profiles" / "llama8b.yaml").write_text(
+        "extends: qwen36-fp8\nmodel:\n  id: meta-llama/Llama-3.1-8B-Instruct\n"
+        "  served_name: llama\n  architecture: LlamaForCausalLM\n  hybrid_gdn: false\n"
+        "  native_context: 131072\n  weights_gib: 14.99\n  config: null\n"
+        "  quant_format: bf16\nvllm:\n  reasoning_parser: null\n"
+        "  tool_call_parser: llama3_json\n")
+    result = run("validate")
+    assert result.exit_code == 0, result.output

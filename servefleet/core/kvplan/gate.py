@@ -38,12 +38,12 @@ def expectations_with_prediction(profiles_dir: Path | None, profile: Profile, no
         return plain
     try:
         facts = facts_for_profile(profiles_dir, profile)
+        if facts is None:
+            return plain
+        calibration = calibration_from_book(book, profiles or {}, profile, node)
+        found = predict(facts, profile, node, calibration)
     except ServefleetError:
         return plain  # the plan and validate say why; the gate keeps its other checks
-    if facts is None:
-        return plain
-    calibration = calibration_from_book(book, profiles or {}, profile, node)
-    found = predict(facts, profile, node, calibration)
     basis = (f"calibrated on {calibration.source}" if calibration is not None
              else "estimated from config.json")
     return derive_expectations(profile, node, predicted_kv=found.pool.kv_cache_tokens,

@@ -1,8 +1,16 @@
 """Model facts the KV pool depends on, read from a checkpoint's own ``config.json``.
 
 Only what vLLM's KV-cache specs use: which layers are full attention and which are linear
-(Gated DeltaNet) state, the KV heads and head dim, the GDN state shapes and dtype, and the
-MTP layers. Multimodal configs keep the text tower under ``text_config``.
+(Gated DeltaNet) state, the KV heads and head dim, the GDN state shapes and dtype, the MTP
+layers, and the KV-cache quantization the checkpoint declares (vLLM uses it under
+``--kv-cache-dtype auto``). Multimodal configs keep the text tower under ``text_config``.
+
+What the planner does not model it refuses here, naming the file, the field and why, never
+planning such a model as plain full attention: Mamba/SSM layers other than Gated DeltaNet
+(Nemotron-H's ``hybrid_override_pattern``, Jamba's ``attn_layer_period``, ``ssm_state_size``
+…), sliding-window attention (``sliding_window`` in use, ``sliding_attention`` layers,
+gpt-oss's sink layers), MLA (``kv_lora_rank``), chunked local attention, and cross-layer KV
+sharing (``num_kv_shared_layers``).
 """
 
 from __future__ import annotations
@@ -31,6 +39,30 @@ class GdnFacts:
     """Bytes of the temporal state (``mamba_ssm_dtype``; float32 in Qwen3.5/3.6)."""
 
 
+KV_FP8 = "fp8_e4m3"
+"""vLLM's cache dtype for a checkpoint that declares an FP8 KV cache
+(``MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP``: ``fp8`` → ``fp8_e4m3``)."""
+
+
+@dataclass(frozen=True)
+class KvQuant:
+    """The KV-cache quantization a checkpoint's ``quantization_config`` declares.
+
+    Under ``--kv-cache-dtype auto`` vLLM caches in it, not in the model dtype: ModelOpt's
+    ``kv_cache_quant_algo``/``kv_cache_scheme`` through ``resolve_kv_cache_dtype_string``
+    (``vllm/utils/torch_utils.py``: ``FP8`` → ``fp8_e4m3``, anything else falls back to
+    ``auto`` with a warning), compressed-tensors' ``kv_cache_scheme`` through the attention
+    layer (``vllm/model_executor/layers/attention/attention.py``: "llm-compressor models need
+    to set cache_dtype to fp8")."""
+
+    method: str
+    """``modelopt`` or ``compressed-tensors``."""
+    where: str
+    """The field and value, for messages: ``quantization_config.kv_cache_quant_algo: FP8``."""
+    dtype: str | None
+    """The cache dtype vLLM uses under ``auto`` (``fp8_e4m3``); ``None``: not modelled."""
+
+
 @dataclass(frozen=True)
 class ModelFacts:
     """What the KV pool of one model depends on."""
@@ -50,6 +82,11 @@ class ModelFacts:
     """Activation bytes one batched token adds to vLLM's profiling peak: the fused-MoE
     intermediate caches (``top_k × 3 × moe_intermediate_size``; ``3 × intermediate_size``
     for a dense MLP) plus four hidden-sized buffers, in the model dtype. 0: unknown."""
+    kv_quant: KvQuant | None = None
+    """The KV-cache quantization the checkpoint declares (``None``: none)."""
+    has_quantization_config: bool = False
+    """Whether the config carries a ``quantization_config`` at all (a ModelOpt checkpoint
+    without one keeps it in ``hf_quant_config.json``, which vLLM reads instead)."""
 
     @property
     def hybrid(self) -> bool:
@@ -65,10 +102,158 @@ def _int(cfg: dict[str, Any], key: str, where: str) -> int:
     return value
 
 
+NOT_PLANNABLE = ("remove model.config from the profile to deploy it without a KV "
+                 "prediction (plan then says 'KV pool not predicted') and read the pool from "
+                 "its first boot's 'GPU KV cache size'")
+"""The nearest way out of a refusal: the planner cannot predict this model's pool."""
+
+GDN_KEYS = ("linear_num_value_heads", "linear_num_key_heads")
+"""Keys of the Gated-DeltaNet layout the planner models (Qwen3-Next, Qwen3.5/3.6)."""
+SSM_KEYS = ("ssm_state_size", "state_size", "time_step_rank", "ssm_cfg", "n_groups",
+            "mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_dt_rank",
+            "mamba_num_heads", "mamba_head_dim", "mamba_n_heads", "mamba_d_head",
+            "mamba_n_groups", "mamba_chunk_size")
+"""Keys that give Mamba/SSM state layers away (Mamba, Mamba-2, Jamba, Nemotron-H, Bamba,
+Zamba, Falcon-H1, Granite 4.0-H)."""
+MAMBA_LAYOUT_KEYS = ("hybrid_override_pattern", "layers_block_type", "attn_layer_indices",
+                     "attn_layer_period", "attn_layer_offset", "attn_type_list")
+"""Keys that lay out attention among Mamba/SSM or linear layers other than GDN's."""
+
+
+def _refuse(source: str, field: str, value: Any, reason: str) -> ConfigError:
+    shown = value if not isinstance(value, str) or len(value) <= 60 else value[:57] + "..."
+    return ConfigError(f"{source}: field {field!r} is {shown!r}: {reason}; {NOT_PLANNABLE}")
+
+
+def _check_modelled(text: dict[str, Any], source: str) -> None:
+    """Refuse what the planner does not model (see the module docstring)."""
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str):
+        raise _refuse(source, "hybrid_override_pattern", pattern, (
+            f"a Mamba-2 hybrid (Nemotron-H: {pattern.count('M')} Mamba layers 'M', "
+            f"{pattern.count('*')} attention layers '*'); vLLM keeps a Mamba-2 state "
+            "(MambaSpec: conv + SSM state from mamba_num_heads, mamba_head_dim, "
+            "ssm_state_size, n_groups) per Mamba layer, which the KV planner does not model "
+            "(it models Gated-DeltaNet hybrids only), so planning it as num_hidden_layers "
+            "attention layers would be wrong"))
+    for key in MAMBA_LAYOUT_KEYS[1:]:
+        if text.get(key) is not None:
+            raise _refuse(source, key, text[key], (
+                "attention interleaved with Mamba/SSM or linear-attention layers (Jamba-like "
+                "layout); vLLM keeps a state per such layer (MambaSpec) that the KV planner "
+                "does not model (it models Gated-DeltaNet hybrids only)"))
+    if not any(key in text for key in GDN_KEYS):
+        ssm = [key for key in SSM_KEYS if text.get(key) is not None] + sorted(
+            key for key in text if key.startswith("mamba_") and key not in SSM_KEYS
+            and text[key] is not None)
+        if ssm:
+            raise _refuse(source, ssm[0], text[ssm[0]], (
+                "Mamba/SSM state layers without the Gated-DeltaNet layout "
+                f"({', '.join(GDN_KEYS)}); vLLM keeps a state per SSM layer that the KV "
+                "planner does not model"))
+    shared = text.get("num_kv_shared_layers")
+    if isinstance(shared, int) and shared > 0:
+        raise _refuse(source, "num_kv_shared_layers", shared, (
+            "cross-layer KV sharing (Gemma 3n): the last layers reuse earlier layers' KV and "
+            "hold none of their own, which the KV planner does not model"))
+    lora = text.get("kv_lora_rank")
+    if lora is not None:
+        raise _refuse(source, "kv_lora_rank", lora, (
+            "multi-head latent attention (DeepSeek-V2/V3, Kimi K2): vLLM caches one latent "
+            "of kv_lora_rank + qk_rope_head_dim elements per token and layer "
+            "(MLAAttentionSpec, fp8_ds_mla 656 B) in the block size its MLA backend picks, "
+            "not 2 × KV heads × head_dim; the KV planner does not model MLA"))
+    chunk = text.get("attention_chunk_size")
+    if isinstance(chunk, int) and chunk > 0:
+        raise _refuse(source, "attention_chunk_size", chunk, (
+            "chunked local attention (Llama 4): those layers hold at most one chunk "
+            "(ChunkedLocalAttentionSpec), which the KV planner does not model"))
+    cross = text.get("cross_attention_layers")
+    if cross:
+        raise _refuse(source, "cross_attention_layers", cross, (
+            "cross-attention layers (encoder KV, CrossAttentionSpec), which the KV planner "
+            "does not model"))
+    types = text.get("layer_types")
+    window = text.get("sliding_window")
+    interleaved = text.get("interleaved_sliding_window")
+    if isinstance(types, list) and types:
+        return  # the layer types decide (sliding ones are refused by the caller)
+    if isinstance(interleaved, int) and interleaved > 0:
+        raise _refuse(source, "interleaved_sliding_window", interleaved, _SLIDING)
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0 \
+            and text.get("use_sliding_window") is not False:
+        pattern_note = (f" every {text['sliding_window_pattern']}th layer global"
+                        if text.get("sliding_window_pattern") is not None else "")
+        raise _refuse(source, "sliding_window", window, _SLIDING + (
+            f" (use_sliding_window is {text.get('use_sliding_window')!r}, not false; "
+            f"no layer_types{',' + pattern_note if pattern_note else ''})"))
+
+
+_SLIDING = ("sliding-window attention (Mistral, Gemma 2/3, gpt-oss with its attention "
+            "sinks): vLLM sizes a sliding layer's blocks per request by the window "
+            "(SlidingWindowSpec: at most sliding_window − 1 + max_num_batched_tokens "
+            "tokens), not by max_model_len, and groups sliding and full layers apart; the KV "
+            "planner models full attention only and would misplan it")
+
+
+def _kv_quant(config: dict[str, Any], text: dict[str, Any]) -> tuple[KvQuant | None, bool]:
+    """The checkpoint's declared KV-cache quantization, and whether it has a
+    ``quantization_config`` at all (see :class:`KvQuant`)."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict):
+        quant = text.get("quantization_config")
+    if not isinstance(quant, dict):
+        return None, False
+    method = str(quant.get("quant_method") or "")
+    producer = quant.get("producer")
+    modelopt = method.startswith("modelopt") or (
+        isinstance(producer, dict) and producer.get("name") == "modelopt")
+    nested = quant.get("quantization")
+    inner: dict[str, Any] = nested if isinstance(nested, dict) else {}
+    if modelopt:
+        # resolve_kv_cache_dtype_string: the first of these that is set decides.
+        for key in ("kv_cache_scheme", "kv_cache_quant_algo"):
+            for scope, table in (("quantization.", inner), ("", quant)):
+                if table.get(key):
+                    return _modelopt(f"quantization_config.{scope}{key}", table[key]), True
+        return None, True
+    scheme = quant.get("kv_cache_scheme")
+    if scheme:
+        where = f"quantization_config.kv_cache_scheme: {_show(scheme)}"
+        name = method or "quantization_config"
+        fp8 = isinstance(scheme, dict) and scheme.get("num_bits") == 8 \
+            and scheme.get("type") == "float"
+        return KvQuant(name, where, KV_FP8 if fp8 and method == "compressed-tensors"
+                       else None), True
+    algo = quant.get("kv_cache_quant_algo") or inner.get("kv_cache_quant_algo")
+    if algo:
+        return KvQuant(method or "quantization_config",
+                       f"quantization_config.kv_cache_quant_algo: {_show(algo)}", None), True
+    return None, True
+
+
+def _modelopt(where: str, value: Any) -> KvQuant:
+    if isinstance(value, dict):
+        fp8 = value.get("dynamic") is False and value.get("num_bits") == 8 \
+            and value.get("type") == "float"
+    else:
+        fp8 = isinstance(value, str) and value.lower() == "fp8"
+    return KvQuant("modelopt", f"{where}: {_show(value)}", KV_FP8 if fp8 else None)
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
+
+
 def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
-    """Parse a Hugging Face ``config.json`` (dict) into :class:`ModelFacts`."""
+    """Parse a Hugging Face ``config.json`` (dict) into :class:`ModelFacts`; a
+    :class:`ConfigError` naming the file, the field and the reason for a model the planner
+    does not model."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     assert isinstance(text, dict)
+    _check_modelled(text, source)
+    if text is not config:
+        _check_modelled(config, source)
     layers = _int(text, "num_hidden_layers", source)
     types = text.get("layer_types")
     if isinstance(types, list) and types:
@@ -81,8 +266,11 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
         if other:
             unknown = sorted({str(t) for t in types} - {"full_attention", "attention",
                                                          "linear_attention"})
-            raise ConfigError(f"{source}: layer_types {unknown} are not modelled by the KV "
-                              "planner (only full and linear attention); do not plan from it")
+            sliding = sum(1 for t in types if t == "sliding_attention")
+            reason = (f"{sliding} of {layers} layers are {_SLIDING}" if sliding else
+                      f"layer types {unknown} are not modelled by the KV planner (only full "
+                      "and linear attention)")
+            raise _refuse(source, "layer_types", unknown, reason)
     elif "full_attention_interval" in text and "linear_num_value_heads" in text:
         interval = _int(text, "full_attention_interval", source)
         full = sum(1 for i in range(layers) if (i + 1) % interval == 0)
@@ -106,7 +294,9 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
             ssm_dtype_bytes=DTYPE_BYTES.get(ssm, 2),
         )
     max_pos = text.get("max_position_embeddings")
+    kv_quant, has_quant = _kv_quant(config, text)
     return ModelFacts(
+        kv_quant=kv_quant, has_quantization_config=has_quant,
         activation_bytes_per_token=_activation_bytes(text, DTYPE_BYTES.get(dtype, 2)),
         source=source, full_attention_layers=full, linear_layers=linear,
         num_kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=DTYPE_BYTES.get(dtype, 2),
@@ -129,16 +319,21 @@ def _activation_bytes(text: dict[str, Any], dtype_bytes: int) -> int:
     return dtype_bytes * (mlp + 4 * hidden)
 
 
+def read_pinned(profiles_dir: Path, file: str) -> tuple[bytes, str]:
+    """The bytes of a pinned ``config.json`` under ``profiles_dir`` and their sha256; a
+    :class:`ConfigError` when it cannot be read."""
+    try:
+        data = (profiles_dir / file).read_bytes()
+    except OSError as error:
+        raise ConfigError(f"profiles/{file}: cannot read the pinned model config "
+                          f"({error.strerror}); fix model.config.file in the profile") from None
+    return data, hashlib.sha256(data).hexdigest()
+
+
 def load_pinned(profiles_dir: Path, file: str, sha256: str) -> ModelFacts:
     """Read a pinned ``config.json`` under ``profiles_dir`` and check its sha256."""
-    path = profiles_dir / file
     where = f"profiles/{file}"
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ConfigError(f"{where}: cannot read the pinned model config ({error.strerror}); "
-                          "fix model.config.file in the profile") from None
-    digest = hashlib.sha256(data).hexdigest()
+    data, digest = read_pinned(profiles_dir, file)
     if digest != sha256:
         raise ConfigError(f"{where}: sha256 is {digest}, the profile pins {sha256} "
                           "(model.config.sha256); re-check the file and update the pin")

@@ -32,10 +32,42 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def kv_bytes_per_token_layer(facts: ModelFacts, kv_dtype: str | None, tp: int = 1) -> int:
-    """Bytes one token takes in one attention layer for ``--kv-cache-dtype``."""
-    heads = max(1, facts.num_kv_heads // tp)
+def resolve_kv_dtype(facts: ModelFacts, kv_dtype: str | None) -> tuple[str, str]:
+    """The cache dtype vLLM uses for ``--kv-cache-dtype`` (``None``: ``auto``) and, when the
+    checkpoint decided it, why. Under ``auto`` a checkpoint that declares an FP8 KV cache
+    (:class:`~servefleet.core.kvplan.modelconfig.KvQuant`) is cached in FP8, not in the model
+    dtype; a declared KV quantization the planner does not model is refused."""
     dtype = kv_dtype or "auto"
+    quant = facts.kv_quant
+    if quant is None:
+        return dtype, ""
+    if dtype == "auto":
+        if quant.dtype is None:
+            raise ConfigError(
+                f"{facts.source}: field {quant.where.split(':')[0]!r} is "
+                f"{quant.where.split(': ', 1)[-1]}: a KV-cache quantization vLLM's "
+                "--kv-cache-dtype auto does not resolve to a dtype the KV planner models "
+                "(only an FP8 KV cache: ModelOpt kv_cache_quant_algo FP8, compressed-tensors "
+                "kv_cache_scheme {num_bits: 8, type: float}); set vllm.kv_cache_dtype "
+                "explicitly (fp8 or bfloat16) to plan it")
+        return quant.dtype, (f"KV {quant.dtype} under --kv-cache-dtype auto: the checkpoint "
+                             f"declares it ({quant.where})")
+    if quant.method == "compressed-tensors" and dtype in ("bfloat16", "float16"):
+        raise ConfigError(
+            f"{facts.source}: field 'quantization_config.kv_cache_scheme' declares an FP8 KV "
+            f"cache and vllm.kv_cache_dtype is {dtype}: vLLM's attention layer forced fp8 for "
+            "compressed-tensors kv_cache_scheme whatever --kv-cache-dtype said (\"llm-compressor "
+            "models need to set cache_dtype to fp8\"), later versions honour an explicit "
+            "choice, so the element size depends on the build; set vllm.kv_cache_dtype to "
+            "auto or fp8 (both cache in fp8) to plan it")
+    return dtype, ""
+
+
+def kv_bytes_per_token_layer(facts: ModelFacts, kv_dtype: str | None, tp: int = 1) -> int:
+    """Bytes one token takes in one attention layer for ``--kv-cache-dtype`` (``auto``
+    resolved by :func:`resolve_kv_dtype`)."""
+    heads = max(1, facts.num_kv_heads // tp)
+    dtype, _ = resolve_kv_dtype(facts, kv_dtype)
     if dtype == "auto":
         return heads * 2 * facts.head_dim * facts.dtype_bytes
     if dtype in ("bfloat16", "float16"):
@@ -75,6 +107,9 @@ class PoolLayout:
     state_blocks: int
     """Blocks one request holds per state group (1 + spec, or 2 + spec with prefix caching)."""
     mamba_mode: str
+    kv_note: str = ""
+    """Why the KV element size is what it is when the checkpoint decided it (an FP8 KV cache
+    it declares, under ``--kv-cache-dtype auto``); empty otherwise."""
 
     @property
     def num_groups(self) -> int:
@@ -98,15 +133,18 @@ class PoolLayout:
                 + self.state_groups * self.state_blocks)
 
     def describe(self) -> str:
-        """One line for notes: block, page, groups."""
+        """One line for notes: block, page, groups (and the KV dtype when the checkpoint
+        chose it)."""
+        note = f"; {self.kv_note}" if self.kv_note else ""
         if not self.state_layers:
             return (f"block {self.block_size} tokens, {self.attention_layers} attention layers, "
-                    f"{self.page_bytes} B per layer block")
+                    f"{self.page_bytes} B per layer block{note}")
         pad = f", {self.padding_layers} padding layers" if self.padding_layers else ""
         return (f"block {self.block_size} tokens, page {self.page_bytes:,} B, "
                 f"{self.attention_layers} attention + {self.state_layers} GDN layers in "
                 f"{self.num_groups} groups of {self.group_size}{pad}, mamba cache "
-                f"'{self.mamba_mode}' ({self.state_blocks} state blocks per group per request)")
+                f"'{self.mamba_mode}' ({self.state_blocks} state blocks per group per request)"
+                f"{note}")
 
 
 def layout(facts: ModelFacts, *, kv_dtype: str | None, num_spec: int = 0, mtp: bool = False,
@@ -116,12 +154,14 @@ def layout(facts: ModelFacts, *, kv_dtype: str | None, num_spec: int = 0, mtp: b
     """The pool layout of ``facts`` with these engine settings (``dense_block_size``: the
     platform's cache block for attention-only models; 16 on CUDA, 128 on the CPU build)."""
     per_token = kv_bytes_per_token_layer(facts, kv_dtype, tp)
+    _, note = resolve_kv_dtype(facts, kv_dtype)
     # MTP draft layers are full-attention layers of the target model's KV pool.
     attention = facts.full_attention_layers + (facts.mtp_layers if mtp else 0)
     if not facts.hybrid:
         return PoolLayout(block_size=dense_block_size, page_bytes=dense_block_size * per_token,
                           attention_layers=attention, state_layers=0, group_size=attention,
-                          attention_groups=1, state_groups=0, state_blocks=0, mamba_mode="none")
+                          attention_groups=1, state_groups=0, state_blocks=0, mamba_mode="none",
+                          kv_note=note)
     state = facts.linear_layers
     block = ALIGN * cdiv(state_page_bytes(facts, num_spec, tp), ALIGN * per_token)
     small, large = min(attention, state), max(attention, state)
@@ -133,7 +173,7 @@ def layout(facts: ModelFacts, *, kv_dtype: str | None, num_spec: int = 0, mtp: b
     return PoolLayout(block_size=block, page_bytes=block * per_token, attention_layers=attention,
                       state_layers=state, group_size=group,
                       attention_groups=cdiv(attention, group), state_groups=cdiv(state, group),
-                      state_blocks=state_blocks, mamba_mode=mode)
+                      state_blocks=state_blocks, mamba_mode=mode, kv_note=note)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from servefleet.core.engines import engine_of
 from servefleet.core.engines.vllm import vllm_settings
+from servefleet.core.errors import ConfigError
 from servefleet.core.kvplan.cpu import KV_BYTES_FLAG, explicit_kv_bytes
 from servefleet.core.kvplan.modelconfig import ModelFacts
 from servefleet.core.kvplan.pool import GIB, PoolFigures, PoolLayout, bytes_for, figures, layout
@@ -79,8 +80,33 @@ def _settings(profile: Profile) -> tuple[float, int, int]:
     return util, max_len, vllm.tensor_parallel_size or 1
 
 
+QUANTIZED_ELSEWHERE = ("fp8", "nvfp4", "mxfp4", "int8", "int4")
+"""``model.quant_format`` values whose checkpoints may keep their quantization (and its KV
+cache scheme) in ``hf_quant_config.json`` (ModelOpt ≤ 0.29) rather than in config.json."""
+
+
+def check_kv_quant_known(facts: ModelFacts, profile: Profile) -> None:
+    """Refuse ``--kv-cache-dtype auto`` on a quantized checkpoint whose pinned config.json
+    carries no ``quantization_config``: vLLM then reads ``hf_quant_config.json``, whose
+    ``quantization.kv_cache_quant_algo`` (FP8 on many NVFP4 exports) decides the KV element
+    size under ``auto``, and the planner does not see that file."""
+    kv = vllm_settings(profile).kv_cache_dtype or "auto"
+    fmt = profile.model.quant_format
+    if kv != "auto" or facts.has_quantization_config or fmt not in QUANTIZED_ELSEWHERE:
+        return
+    raise ConfigError(
+        f"{facts.source}: field 'quantization_config' is not set while model.quant_format is "
+        f"{fmt} and vllm.kv_cache_dtype is auto: vLLM then takes the checkpoint's "
+        "hf_quant_config.json as its quantization config, and its "
+        "quantization.kv_cache_quant_algo (FP8 on many NVFP4 exports) makes the KV cache fp8 "
+        "under auto, which the planner cannot see; set vllm.kv_cache_dtype explicitly (fp8 "
+        "when hf_quant_config.json says kv_cache_quant_algo FP8, else bfloat16), or pin the "
+        "checkpoint's config.json that carries its quantization_config")
+
+
 def profile_layout(facts: ModelFacts, profile: Profile) -> PoolLayout:
     """The pool layout of ``profile``'s flags (prefix caching default: on from 0.26)."""
+    check_kv_quant_known(facts, profile)
     vllm = vllm_settings(profile)
     spec = vllm.speculative
     prefix = vllm.enable_prefix_caching
@@ -109,6 +135,11 @@ def predict(facts: ModelFacts, profile: Profile, node: Node,
     util, max_len, _ = _settings(profile)
     gpu = node.primary_gpu
     total = gpu.cuda_total_gib
+    explicit = explicit_kv_bytes(profile)
+    if explicit is None:  # the pool is what the weights leave: unknown weights, no pool
+        _require_weights(profile)
+        if calibration is not None:
+            _require_weights(calibration.profile)
     weights = _weights(profile)
     reserve = None
     if calibration is not None:
@@ -125,7 +156,6 @@ def predict(facts: ModelFacts, profile: Profile, node: Node,
                f"{gpu.memory_basis()}: {reserve.describe()}")
         calibrated = False
     available = total * util - weights - non_kv
-    explicit = explicit_kv_bytes(profile)
     if explicit is not None:  # vLLM takes this budget as it is, whatever the utilization
         available = explicit / GIB
         how = f"{KV_BYTES_FLAG}={explicit:,} in vllm.extra_args: the KV budget as it is"
@@ -161,6 +191,17 @@ def solve_utilization(facts: ModelFacts, profile: Profile, node: Node, *,
         if reached:
             return util, found
     raise ValueError("not reachable below gpu_memory_utilization 1.0")
+
+
+def _require_weights(profile: Profile) -> None:
+    """Refuse a budget without the weights' size: the pool is what they leave."""
+    if profile.model.weights_gib is None:
+        raise ConfigError(
+            f"profiles/{profile.name}.yaml: field model.weights_gib is not set: the KV pool is "
+            "what gpu_memory_utilization leaves after the weights, so without their size the "
+            "pool cannot be predicted (planned as weightless it is overstated by the whole "
+            "checkpoint); set model.weights_gib to the checkpoint's safetensors total in GiB "
+            "(vLLM's 'Model loading took X GiB')")
 
 
 def _weights(profile: Profile) -> float:

@@ -110,6 +110,8 @@ def engine_preview(profiles_dir: Path, old: Profile | None, new: Profile, node: 
         parts.append(f"CUDA graphs {new_mode}")
     parts.append(f"concurrency at {after.pool.max_model_len:,} ≈ "
                  f"{after.pool.max_concurrency:.1f}×")
+    if after.layout.kv_note:  # the checkpoint, not the flag, chose the KV element size
+        parts.append(after.layout.kv_note)
     basis = f"calibrated on {calibration.source}" if after.calibrated and calibration \
         else "modelled cold"
     shaped = ", as a GPU node of this shape" if node.sim is not None else ""

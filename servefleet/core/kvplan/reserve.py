@@ -40,6 +40,13 @@ BASE_UNIFIED_GIB = 4.90
 """Non-torch + fixed profiling peak on unified memory (GB10, host-measured free memory)."""
 BASE_DISCRETE_GIB = 1.80
 """The same on a discrete card (RTX 5090)."""
+FITTED_ON = {
+    True: "fitted on 3 Qwen3.6-35B-A3B GB10 boots (seed 001 MTP on/off, the 0.25.1 fixture)",
+    False: "fitted on 6 Qwen3.6-35B-A3B RTX 5090 boots (seed 003)",
+}
+"""What each base was fitted on (by ``unified_memory``; the cold rows of
+:data:`servefleet.core.kvplan.accuracy.ROWS`): for any other model or card it is an
+assumption, and the reserve's description says so."""
 FULL_GRAPH_GIB = 0.037
 """One FULL (decode) CUDA graph: 17 FULL + 33 PIECEWISE graphs were estimated at 0.74 GiB on
 a GB10 (vLLM 0.25.1 fixture)."""
@@ -92,9 +99,11 @@ class Reserve:
         return self.base + self.activations + self.graphs + self.workspace
 
     def describe(self) -> str:
-        """``5.15 GiB base (unified memory) + 0.63 GiB activations (16,384 batched tokens) …``."""
+        """``4.90 GiB base (unified memory; fitted on …, an assumption for other models) +
+        0.63 GiB activations (16,384 batched tokens) …``."""
         where = "unified memory" if self.inputs.unified_memory else "discrete GPU"
-        parts = [f"{self.base:.2f} GiB base ({where})",
+        parts = [f"{self.base:.2f} GiB base ({where}; {FITTED_ON[self.inputs.unified_memory]}"
+                 ", an assumption for other models)",
                  f"{self.activations:.2f} GiB activations "
                  f"({self.inputs.max_num_batched_tokens:,} batched tokens)"]
         if self.inputs.graph_profiling:

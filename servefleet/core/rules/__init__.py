@@ -2,7 +2,8 @@
 
 Each rule has an id, a severity and a check; every finding names the file, the field, the
 value, why (an upstream issue or PR, or a measurement) and the fix. Version tables and
-hardware facts live in :mod:`servefleet.core.rules.facts`. Pure: no I/O.
+hardware facts live in :mod:`servefleet.core.rules.facts`. Pure: no I/O, apart from the
+planner rules (:mod:`servefleet.core.rules.planner`) reading the pinned ``config.json``.
 
     findings = validate(load_project(root, "reference"))
 """

@@ -13,9 +13,10 @@ id. Three scopes exist:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -133,6 +134,12 @@ class ProfileContext:
     """The resolved profile."""
     file: str
     """Its file, relative to the project folder."""
+    root: Path | None = None
+    """The project folder (``None``: a project held in memory, nothing to read)."""
+    own: Mapping[str, Any] | None = None
+    """The profile's own keys as written, before ``extends`` (``None``: unknown)."""
+    parent: Profile | None = None
+    """The resolved profile it ``extends`` (``None``: none, or unknown)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,8 @@ class PlacementContext:
     """The stack file that placed it."""
     neighbours: tuple[Placement, ...] = ()
     """The other deployments on the same node."""
+    root: Path | None = None
+    """The project folder (``None``: a project held in memory, nothing to read)."""
 
     @property
     def profile(self) -> Profile:

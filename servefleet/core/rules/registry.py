@@ -17,6 +17,7 @@ from servefleet.core.rules import (
     memory,
     model_files,
     node,
+    planner,
     quantization,
     serving,
     speculative,
@@ -41,7 +42,7 @@ RENDER_RULE = "render-refused"
 RULE_MODULES: tuple[ModuleType, ...] = (
     capabilities, kvcache, quantization, serving, speculative, flags, llamacpp, hardware, memory,
     model_files, node,
-    unified_headroom, weights,
+    unified_headroom, weights, planner,
 )
 """Modules whose :class:`Rule` objects make up the rule set, in report order."""
 
@@ -92,8 +93,12 @@ def validate(project: Project, rules: tuple[Rule, ...] = ALL_RULES, *,
     findings: list[Finding] = []
     by_scope = {scope: [r for r in rules if r.scope is scope] for scope in Scope}
     for name in sorted(project.profiles):
+        own = project.raw_profiles.get(name)
+        parent = own.get("extends") if own is not None else None
         context = ProfileContext(profile=project.profiles[name],
-                                 file=_file_of(project, name))
+                                 file=_file_of(project, name), root=project.root, own=own,
+                                 parent=project.profiles.get(parent)
+                                 if isinstance(parent, str) else None)
         for rule in by_scope[Scope.PROFILE]:
             if rule.applies_to(context.profile.engine):
                 findings.extend(rule.run(context))
@@ -105,7 +110,7 @@ def validate(project: Project, rules: tuple[Rule, ...] = ALL_RULES, *,
         placement_context = PlacementContext(
             placement=placement, node=project.nodes[node_name],
             node_file=project.node_files[node_name], stack_file=project.stack_file,
-            neighbours=neighbours)
+            neighbours=neighbours, root=project.root)
         for rule in by_scope[Scope.PLACEMENT]:
             if rule.applies_to(placement.profile.engine):
                 findings.extend(rule.run(placement_context))
