@@ -1,4 +1,5 @@
-"""Build hook: the wheel carries ``templates/``, ``healthchecks/`` and ``profiles/``.
+"""Build hook: the wheel carries ``templates/``, ``healthchecks/``, ``profiles/`` and
+``scenarios/`` (``servefleet init`` copies ``scenarios/seeds.yaml``, which ``bench`` reads).
 
 The folders stay at the top of the repository (one copy in git, where operators look for
 them); building copies them into the package as ``servefleet/_data/<folder>``, which
@@ -16,7 +17,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-DATA_FOLDERS = ("templates", "healthchecks", "profiles")
+DATA_FOLDERS = ("templates", "healthchecks", "profiles", "scenarios")
 
 
 class BuildWithData(build_py):

@@ -89,7 +89,7 @@ def plain_inputs(props: Mapping[str, Any], output_keys: tuple[str, ...]) -> dict
             if k not in ("secrets", "__provider", "unlockId", *output_keys)}
 
 
-SHOWN_PHASES = frozenset({"build", "stop", "up", "restore", "done"})
+SHOWN_PHASES = frozenset({"build", "stop", "up", "restore", "done", "failed"})
 """Rollout phases reported while ``pulumi up`` runs (the boot log's own lines are not)."""
 
 

@@ -49,6 +49,7 @@ from servefleet.core.project import SECRET_KEYS, Project, load_project
 from servefleet.core.render import RenderedRelease, render_deployments
 from servefleet.core.render.ranks import render_multinode
 from servefleet.core.rules import Severity
+from servefleet.core.secrets import optional_blanks
 
 CONFIG_NAMESPACE = "servefleet"
 
@@ -87,7 +88,11 @@ def stack_secrets(project: Project, config: pulumi.Config) -> dict[str, str]:
         value = config.get(secret_config_key(name))
         if value is not None:
             values[name] = value
-    return values
+    # A public model's hfToken is optional: blank when not set.
+    used = {dep.profile for node in project.stack.nodes for dep in project.stack.for_node(node)}
+    used |= {dep.profile for dep in project.stack.multi_node}
+    return optional_blanks((project.profiles[p] for p in sorted(used) if p in project.profiles),
+                           values)
 
 
 def deployment_inputs(rendered: RenderedRelease, adopt: str | None = None) -> DeploymentInputs:

@@ -66,3 +66,8 @@ def write_new(root: Path, file: ScaffoldFile) -> bool:
 def write_all(root: Path, files: Iterable[ScaffoldFile]) -> list[tuple[str, bool]]:
     """Write every file that is not there yet: ``(path, written)`` per file, in order."""
     return [(file.path, write_new(root, file)) for file in files]
+
+
+def shipped_seeds() -> bytes:
+    """servefleet's own ``scenarios/seeds.yaml`` (the checkout's, or the wheel's copy)."""
+    return (shipped_dir("scenarios") / "seeds.yaml").read_bytes()

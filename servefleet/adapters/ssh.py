@@ -3,7 +3,8 @@
 - Host keys are checked against the keys pinned in the inventory; a node that presents any
   other key is refused (no trust-on-first-use), naming both fingerprints.
 - Connecting is retried with jittered exponential backoff on transient network errors;
-  authentication and host-key failures are never retried.
+  authentication and host-key failures are never retried. Read-only commands make one
+  short attempt instead (:mod:`servefleet.core.connect_policy`).
 - TCP_NODELAY is set on the socket: without it each command on an open connection costs
   ~48 ms instead of ~5 ms (Nagle + delayed ACK).
 - Every command is an argv list, quoted with :func:`shlex.join` before it reaches the
@@ -43,6 +44,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from servefleet.core import connect_policy
 from servefleet.core.errors import (
     CommandTimedOut,
     ConnectionLost,
@@ -56,6 +58,8 @@ from servefleet.core.models import Node
 from servefleet.core.secrets import SecretMask
 
 KEEPALIVE_SECONDS = 15
+DEFAULT_CONNECT_ATTEMPTS = 4
+"""Connect attempts of a rollout (read-only commands make one: ``core.connect_policy``)."""
 STDERR_TAIL_BYTES = 2000
 KILL_AFTER_SECONDS = 10
 """``timeout -k``: a command that ignores SIGTERM at its timeout gets SIGKILL this much later."""
@@ -162,12 +166,14 @@ class SshTransport:
     """A connection to one node. Use as a context manager; reconnects when needed."""
 
     def __init__(self, node: Node, *, mask: SecretMask | None = None,
-                 connect_attempts: int = 4) -> None:
+                 connect_attempts: int = DEFAULT_CONNECT_ATTEMPTS) -> None:
         self.node = node
         self.mask = mask or SecretMask()
         self._client: paramiko.SSHClient | None = None
         self._connect_attempts = connect_attempts
         self._pkey: paramiko.PKey | None = None
+        self._attempt_timeout = node.ssh.connect_timeout_seconds
+        """How long the next connect attempt waits (the policy's, set by :meth:`connect`)."""
 
     # -- connection -------------------------------------------------------------------
     def __enter__(self) -> SshTransport:
@@ -195,10 +201,13 @@ class SshTransport:
                 + pin_advice(self.node.name, self.node.address)
             )
         self._load_identity()
+        policy = connect_policy.current()
+        attempts = policy.attempts_for(self._connect_attempts)
+        self._attempt_timeout = policy.timeout_for(self.node.ssh.connect_timeout_seconds)
         attempt = retry(
             retry=retry_if_exception(_is_transient),
             wait=wait_random_exponential(multiplier=0.3, max=5),
-            stop=stop_after_attempt(self._connect_attempts),
+            stop=stop_after_attempt(attempts),
             reraise=True,
         )(self._connect_once)
         try:
@@ -213,7 +222,7 @@ class SshTransport:
         except (OSError, EOFError, paramiko.SSHException) as error:
             raise UnreachableNode(
                 f"{self.node.name}: cannot reach {self.node.address}:{self.node.ssh.port} "
-                f"over SSH after {self._connect_attempts} attempts "
+                f"over SSH after {attempts} attempt{'' if attempts == 1 else 's'} "
                 f"({error or type(error).__name__})"
             ) from None
 
@@ -231,8 +240,8 @@ class SshTransport:
 
     def _connect_once(self) -> None:
         ssh = self.node.ssh
-        sock = socket.create_connection((self.node.address, ssh.port),
-                                        timeout=ssh.connect_timeout_seconds)
+        timeout = self._attempt_timeout
+        sock = socket.create_connection((self.node.address, ssh.port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client = paramiko.SSHClient()
         host_keys = client.get_host_keys()
@@ -243,8 +252,7 @@ class SshTransport:
             client.connect(
                 self.node.address, port=ssh.port, username=ssh.user, sock=sock,
                 pkey=self._pkey, allow_agent=ssh.agent, look_for_keys=False,
-                timeout=ssh.connect_timeout_seconds, banner_timeout=ssh.connect_timeout_seconds,
-                auth_timeout=ssh.connect_timeout_seconds,
+                timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
                 # paramiko passes gss keywords the stubs do not declare on Transport.
                 transport_factory=_RecordingTransport,  # type: ignore[arg-type]
             )

@@ -36,3 +36,15 @@ ALL: dict[str, str] = {
     "sim": "servefleet.cli.sim:sim",
 }
 """Command name → ``"module:attribute"`` of its click command, in help order."""
+
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "Set up": ("init", "validate", "keyscan", "probe", "doctor", "import", "schema"),
+    "Deploy": ("show", "diff-profiles", "render", "plan", "deploy", "rollback", "unlock",
+               "releases"),
+    "Observe": ("health", "logs", "history", "drift", "nightly", "watch", "models"),
+    "Tune": ("tune", "bench"),
+    "Fleet services": ("gateway",),
+    "Test bed": ("sim",),
+}
+"""The headings ``servefleet --help`` groups the commands under, in order; every command
+of :data:`ALL` is in exactly one."""

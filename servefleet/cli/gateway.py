@@ -115,11 +115,14 @@ def gateway_lines(view: dict[str, Any]) -> list[str]:
 def status_command(obj: CliContext, as_json: bool) -> None:
     """The gateway's release (git's and the running one), its routes and each engine's
     state in it (serving, draining, out), read from its runtime API."""
+    from servefleet.core.errors import ConfigError
     from servefleet.core.project import load_project
 
     project = load_project(obj.project_dir, obj.stack)
     if not project.stack.gateway.enabled:
-        raise click.UsageError("this stack has no gateway (servefleet:gateway.node)")
+        # A fact of the stack, not a mistyped command line: exit 1, not click's 2.
+        raise ConfigError(f"stack {project.stack.stack!r} has no gateway "
+                          "(servefleet:gateway.node)")
     view = gateway_view(project)
     if as_json:
         click.echo(json.dumps(view, indent=2))

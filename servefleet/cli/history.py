@@ -6,8 +6,8 @@ of the KV pool, so that a pool that shrank (MTP on, another process holding memo
 image update) shows at a glance. Everything comes from the node's own records, read in one
 read-only command (:mod:`servefleet.adapters.history`); see ``docs/history.md``.
 
-Exit status: 0, 1 on a configuration error, :data:`EXIT_UNREACHABLE` when the node could
-not be read (one line: ``NODE: unreachable: reason``).
+Exit status (``docs/exit-codes.md``): 0; 1 on a configuration error or when the node could
+not be read (one line: ``NODE: unreachable: reason``), as every command that reads a node.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from servefleet.cli.main import CliContext
 if TYPE_CHECKING:
     from servefleet.adapters.history import NodeHistory
 
-EXIT_UNREACHABLE = 2
-"""Exit status when the node could not be read."""
+EXIT_UNREACHABLE = 1
+"""Exit status when the node could not be read: an error, as for every other command (it
+was 2, which ``drift`` and ``watch --once`` use for "something drifted")."""
 CHART_WIDTH = 40
 _VERDICT_COLOURS = {"passed": "green", "interrupted": "yellow", "rolled back": "yellow"}
 

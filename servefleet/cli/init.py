@@ -39,11 +39,12 @@ def _stack(ctx: click.Context, own: str | None) -> str:
 @click.pass_context
 def init_command(ctx: click.Context, directory: Path | None, stack: str | None) -> None:
     """Create a config repo in DIR (default: the current folder): Pulumi.yaml and its
-    program, a stack file placing nothing yet, profiles/, an example node, schemas/.
+    program, a stack file placing nothing yet, profiles/, example nodes (an RTX 5090 and
+    a DGX Spark), the bench scenarios, schemas/.
 
     Never overwrites a file: run it again to add what is missing.
     """
-    from servefleet.adapters.scaffold import shipped_profiles, write_all
+    from servefleet.adapters.scaffold import shipped_profiles, shipped_seeds, write_all
     from servefleet.core.scaffold import pulumi_project_name, scaffold
 
     obj: CliContext = ctx.obj
@@ -51,7 +52,8 @@ def init_command(ctx: click.Context, directory: Path | None, stack: str | None) 
     given = directory if directory is not None else obj.project_option or Path(".")
     root = given.resolve()
     # A bad stack name is refused here, before any write.
-    files = scaffold(name, shipped_profiles(), project=pulumi_project_name(root.name))
+    files = scaffold(name, shipped_profiles(), project=pulumi_project_name(root.name),
+                     scenarios=shipped_seeds())
     click.echo(f"servefleet init: {root} (stack {name})")
     for path, written in write_all(root, files):
         click.echo(f"  {'created' if written else 'kept (exists)':<14} {path}")

@@ -39,10 +39,24 @@ class CliContext:
 
     project_option: Path | None
     """``--project`` (or ``SERVEFLEET_PROJECT``) as given; ``None``: find it."""
-    stack: str
+    stack_option: str | None
+    """``--stack`` (or ``SERVEFLEET_STACK``) as given; ``None``: :attr:`stack` picks it."""
     verbose: bool
     start: Path = field(default_factory=Path.cwd)
     """Where the search for the project folder starts."""
+
+    @property
+    def stack(self) -> str:
+        """``--stack``, else the project folder's only stack file's, else ``sim``
+        (:func:`servefleet.core.project_root.default_stack`)."""
+        if self.stack_option is not None:
+            return self.stack_option
+        from servefleet.core.project_root import FALLBACK_STACK, default_stack
+
+        try:
+            return default_stack(self.project_dir)
+        except ServefleetError:  # no project: the command says so when it loads it
+            return FALLBACK_STACK
 
     @property
     def project_dir(self) -> Path:
@@ -108,7 +122,7 @@ def _late_options() -> list[click.Option]:
                      default=None, expose_value=False, hidden=True,
                      callback=_late("project_option")),
         click.Option(["--stack"], default=None, expose_value=False, hidden=True,
-                     callback=_late("stack")),
+                     callback=_late("stack_option")),
         click.Option(["--verbose", "-v"], is_flag=True, default=False, expose_value=False,
                      hidden=True, callback=_late("verbose")),
     ]
@@ -141,10 +155,33 @@ class LazyGroup(click.Group):
     def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy: dict[str, str] = dict(lazy or {})
+        self.sections: dict[str, tuple[str, ...]] = {}
+        """Heading → command names, for :meth:`format_commands` (empty: one flat list)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         eager = [name for name in super().list_commands(ctx) if name not in self.lazy]
         return [*self.lazy, *sorted(eager)]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands under the headings of :attr:`sections` (what is in none under
+        "Other commands"), each with its short help."""
+        names = self.list_commands(ctx)
+        placed = {name for members in self.sections.values() for name in members}
+        groups = [(title, [n for n in members if n in names])
+                  for title, members in self.sections.items()]
+        groups.append(("Other commands", [n for n in names if n not in placed]))
+        longest = max((len(n) for n in names), default=0)
+        width = formatter.width - 6 - longest
+        for title, members in groups:
+            rows = []
+            for name in members:
+                command = self.get_command(ctx, name)
+                if command is not None and not command.hidden:
+                    # Padded: every section's descriptions start in one column.
+                    rows.append((name.ljust(longest), command.get_short_help_str(width)))
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in self.lazy:
@@ -173,6 +210,11 @@ class _Group(LazyGroup):
             for line in str(error).splitlines() or [type(error).__name__]:
                 click.secho(f"error: {line}", fg="red", err=True)
             sys.exit(error.exit_code)
+        finally:
+            # The next command in this process (tests) starts from the rollout's policy.
+            from servefleet.core import connect_policy
+
+            connect_policy.use(connect_policy.ROLLOUT)
 
 
 @click.group(cls=_Group)
@@ -181,21 +223,27 @@ class _Group(LazyGroup):
               help="The servefleet project folder (holds nodes/, profiles/, Pulumi.*.yaml). "
                    "Default: the nearest folder, from the current one up, holding Pulumi.yaml "
                    "or a Pulumi.<stack>.yaml.")
-@click.option("--stack", default="sim", show_default=True, envvar="SERVEFLEET_STACK",
-              help="The stack whose Pulumi.<stack>.yaml assigns profiles to nodes.")
+@click.option("--stack", default=None, envvar="SERVEFLEET_STACK",
+              help="The stack whose Pulumi.<stack>.yaml assigns profiles to nodes. "
+                   "Default: the project folder's only stack file, else sim.")
 @click.option("--verbose", "-v", is_flag=True,
               help="Show the full trace of an error and the SSH library's log.")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
               help="Print servefleet's version and exit.")
 @click.pass_context
-def cli(ctx: click.Context, project_dir: Path | None, stack: str, verbose: bool) -> None:
+def cli(ctx: click.Context, project_dir: Path | None, stack: str | None, verbose: bool) -> None:
     """servefleet: deploy LLM inference engines to your GPU nodes and prove what booted.
 
     The options below may also follow the command (`servefleet validate --stack home`).
     """
     quiet_libraries(verbose)
+    from servefleet.core import connect_policy
+
+    # Read-only commands make one short connect attempt per node; rollouts retry.
+    connect_policy.use(connect_policy.READ_ONLY if ctx.invoked_subcommand in
+                       connect_policy.READ_ONLY_COMMANDS else connect_policy.ROLLOUT)
     ctx.obj = CliContext(project_option=project_dir.resolve() if project_dir else None,
-                         stack=stack, verbose=verbose)
+                         stack_option=stack, verbose=verbose)
 
 
 def build_cli() -> click.Group:
@@ -207,6 +255,7 @@ def build_cli() -> click.Group:
     assert isinstance(cli, LazyGroup)
     for name, target in commands.ALL.items():
         cli.lazy.setdefault(name, target)
+    cli.sections = commands.SECTIONS
     return cli
 
 

@@ -29,11 +29,45 @@ def console() -> Console:
 def secrets_from_env(project: Project, nodes: Sequence[str] | None) -> tuple[dict[str, str],
                                                                              list[str]]:
     """The secret values the chosen deployments need (those spanning nodes included), from
-    the environment, and the names that are missing."""
-    names = sorted({name for profile in _chosen_profiles(project, nodes)
-                    for name in project.profiles[profile].secret_env})
-    found = {n: os.environ[n] for n in names if os.environ.get(n)}
+    the environment, and the names that are missing. A public model's ``HF_TOKEN`` that is
+    not set is not missing: it goes empty into the env file
+    (:func:`servefleet.core.secrets.optional_blanks`; :func:`hub_token_lines` warns)."""
+    from servefleet.core.secrets import optional_blanks
+
+    profiles = [project.profiles[p] for p in _chosen_profiles(project, nodes)]
+    names = sorted({name for profile in profiles for name in profile.secret_env})
+    found = optional_blanks(profiles, {n: os.environ[n] for n in names if os.environ.get(n)})
     return found, [n for n in names if n not in found]
+
+
+def hub_token_lines(project: Project) -> list[str]:
+    """A warning per profile the stack places whose hub token (``HF_TOKEN``) is not set:
+    a public model deploys without it; a gated one (``model.gated``) cannot download."""
+    from servefleet.core.models.profile import HUB_TOKEN_SECRETS
+
+    used = sorted({d.profile for d in project.deployments(None)}
+                  | {d.profile for d in project.stack.multi_node})
+    by_model: dict[tuple[str, str, bool], list[str]] = {}
+    for name in used:
+        profile = project.profiles.get(name)
+        if profile is None:
+            continue
+        for secret in sorted(set(profile.secret_env) & HUB_TOKEN_SECRETS):
+            if not os.environ.get(secret):
+                key = (secret, profile.model.id, profile.model.gated)
+                by_model.setdefault(key, []).append(name)
+    lines = []
+    for (secret, model, gated), names in by_model.items():
+        which = f"profile{'s' if len(names) > 1 else ''} {', '.join(names)}"
+        if gated:
+            lines.append(f"{secret} is not set: {model} ({which}) is a gated model "
+                         f"(model.gated): its download needs the token; export {secret}=… "
+                         "before deploying")
+        else:
+            lines.append(f"{secret} is not set: {model} ({which}) is a public model and "
+                         "deploys without a token (set it for the hub's rate limits; a gated "
+                         "model says model.gated: true)")
+    return lines
 
 
 def _chosen_profiles(project: Project, nodes: Sequence[str] | None) -> list[str]:
@@ -71,6 +105,8 @@ def show_findings(out: Console, project: Project) -> None:
     for finding in rollout.check_rules(project):
         if finding.severity is Severity.WARNING:
             out.print(Text(f"warning: {finding}", style="yellow"))
+    for line in hub_token_lines(project):
+        out.print(Text(f"warning: {line}", style="yellow"))
 
 
 def node_line(node: str, message: str) -> str:

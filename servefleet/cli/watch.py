@@ -163,6 +163,11 @@ def watch_run(ctx: CliContext, nodes: tuple[str, ...], once: bool, as_json: bool
     from servefleet.core.secrets import SecretMask
     from servefleet.core.watch.classify import TROUBLE
 
+    if once:
+        from servefleet.core import connect_policy
+
+        # One short connect attempt per node: a node that is down is one `unknown` row.
+        connect_policy.use(connect_policy.READ_ONLY)
     project = load_project(ctx.project_dir, ctx.stack)
     config = project.stack.watch
     if interval is not None:
@@ -200,7 +205,7 @@ def watch_run(ctx: CliContext, nodes: tuple[str, ...], once: bool, as_json: bool
         if as_json:
             for event in events:
                 click.echo(json.dumps(event.to_json()))
-        else:
+        elif not once:
             print_table(console, events)
         if textfile is not None:
             restarts = {key: len(t.ladder.restarts) for key, t in watcher.tracked.items()}
@@ -209,9 +214,13 @@ def watch_run(ctx: CliContext, nodes: tuple[str, ...], once: bool, as_json: bool
     def on_signal(_signum: int, _frame: object) -> None:
         stop["now"] = True
 
+    def should_stop() -> bool:
+        # --once: when no node answered, the rest of the wedge window cannot add a sample.
+        return stop["now"] or (once and nothing_read(last))
+
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        watcher.run(lambda: stop["now"], on_events,
+        watcher.run(should_stop, on_events,
                     ticks=config.wedge_intervals + 1 if once else None)
     except KeyboardInterrupt:
         pass
@@ -220,7 +229,15 @@ def watch_run(ctx: CliContext, nodes: tuple[str, ...], once: bool, as_json: bool
         watcher.close()
         held.close()
     if once:
+        if last and not as_json:
+            print_table(console, last)  # one table: the last sample's
         sys.exit(once_exit_code(last, TROUBLE))
+
+
+def nothing_read(events: Sequence[WatchEvent]) -> bool:
+    """Whether a sample was taken and no deployment in it could be read (every node
+    unreachable): ``watch --once`` stops there instead of waiting out its window."""
+    return bool(events) and all(e.state == "unknown" for e in events)
 
 
 def once_exit_code(events: Sequence[WatchEvent], trouble: Collection[str]) -> int:

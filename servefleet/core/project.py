@@ -334,10 +334,11 @@ def profile_identity(profile: Profile) -> str:
 
     Name, description and ``extends`` are left out: renaming a profile or moving a setting
     into a parent does not change what runs; nor do the canaries, which judge an engine,
-    nor the tokenizer a bench counts with.
+    nor the tokenizer a bench counts with, nor whether the model is gated (which secrets a
+    deploy asks for; the env file names them).
     """
     data = profile.model_dump(mode="json", exclude={"name": True, "description": True,
                                                     "extends": True,
                                                     "health": {"canaries"},
-                                                    "model": {"tokenizer"}})
+                                                    "model": {"tokenizer", "gated"}})
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()

@@ -35,3 +35,24 @@ def find_project_root(start: Path) -> Path:
         f"no servefleet project found: none of {', '.join(str(f) for f in looked)} holds "
         "Pulumi.yaml or a Pulumi.<stack>.yaml; run servefleet inside your config repo, or "
         "pass --project DIR (or set SERVEFLEET_PROJECT)")
+
+
+FALLBACK_STACK = "sim"
+"""The stack when ``--stack`` is not given and the folder does not hold exactly one."""
+
+
+def stacks_in(folder: Path) -> list[str]:
+    """The stacks whose ``Pulumi.<name>.yaml`` is in ``folder``, sorted."""
+    try:
+        return sorted(path.name[len("Pulumi."):-len(".yaml")]
+                      for path in folder.glob("Pulumi.*.yaml") if path.is_file())
+    except OSError:
+        return []
+
+
+def default_stack(folder: Path) -> str:
+    """The stack a command uses without ``--stack`` (or ``SERVEFLEET_STACK``): the only one
+    when ``folder`` holds exactly one stack file (an operator's folder from ``servefleet
+    init``), else :data:`FALLBACK_STACK` (this repository's simulated fleet)."""
+    found = stacks_in(folder)
+    return found[0] if len(found) == 1 else FALLBACK_STACK

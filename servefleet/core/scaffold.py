@@ -37,6 +37,10 @@ EXAMPLE_NODE = f"{NODES_DIR}/example.yaml.sample"
 """The commented example node: not ``*.yaml``, so never loaded."""
 EXAMPLE_NODE_NAME = "gpu-box"
 """The node name the examples use."""
+GB10_NODE = f"{NODES_DIR}/gb10.yaml.sample"
+"""The commented DGX Spark (GB10) example node: unified memory and CUDA's own figures."""
+SEEDS_FILE = "scenarios/seeds.yaml"
+"""The bench scenarios ``servefleet bench`` reads by default (copied from the shipped ones)."""
 EXAMPLE_PROFILE = "qwen36-q4-llamacpp"
 """The profile the examples place (one 32 GB GPU, llama.cpp)."""
 
@@ -158,6 +162,40 @@ ports: [8000, 8001]
 """
 
 
+GB10_NODE_YAML = """\
+{modeline}
+# An example DGX Spark (GB10 Grace-Blackwell superchip, 128 GB LPDDR5x shared by CPU and
+# GPU). NOT loaded: copy it to nodes/<name>.yaml and make every value true of your box (see
+# example.yaml.sample for address, ssh and host_keys: `servefleet keyscan <name>`).
+address: {node}.lan
+ssh:
+  user: servefleet
+  port: 22
+  agent: true
+  host_keys: []
+arch: aarch64
+gpus:
+  - name: NVIDIA GB10
+    count: 1
+    memory_gib: 128
+    unified_memory: true
+    compute_capability: "12.1"
+    # CUDA reports 121.69 GiB of the 128 GB, and frees at most ~102 GiB at boot, so vLLM's
+    # startup check refuses gpu_memory_utilization above 0.83 here. Measure yours with
+    # `servefleet probe <name>` and set both figures from it.
+    cuda_memory_gib: 121.69
+    boot_free_gib: 102.2
+    memory_source: "GB10 boots reported in MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks#47
+      (free at boot 101.3-102.2 of 121.69 GiB, drivers 580 and 610)"
+host_memory_gib: 128
+driver_version: "580.142"
+cuda_version: "13.0"
+base_dir: /srv/servefleet
+hf_cache: /home/servefleet/.cache/huggingface
+ports: [8000, 8001]
+"""
+
+
 def check_stack_name(stack: str) -> None:
     """Refuse a stack name servefleet and Pulumi would not both accept."""
     if not NAME_RE.match(stack):
@@ -181,12 +219,14 @@ def stack_file_text(stack: str, profile_names: list[str]) -> str:
 
 
 def scaffold(stack: str, profiles: Mapping[str, bytes], *,
-             project: str = PULUMI_PROJECT) -> list[ScaffoldFile]:
+             project: str = PULUMI_PROJECT,
+             scenarios: bytes | None = None) -> list[ScaffoldFile]:
     """Every file of a new config repository for ``stack``, in the order they are reported.
 
     ``profiles`` maps each shipped file's path under ``profiles/`` (``qwen36-fp8.yaml``,
     ``patches/….diff``) to its bytes; they are copied as they are. ``project`` names the
-    Pulumi project (see :func:`pulumi_project_name`).
+    Pulumi project (see :func:`pulumi_project_name`). ``scenarios``: the shipped
+    ``scenarios/seeds.yaml``, written as :data:`SEEDS_FILE` (``servefleet bench``).
     """
     check_stack_name(stack)
     names = sorted(p[:-len(".yaml")] for p in profiles if "/" not in p and p.endswith(".yaml"))
@@ -197,8 +237,11 @@ def scaffold(stack: str, profiles: Mapping[str, bytes], *,
         (".gitignore", GITIGNORE),
         (EXAMPLE_NODE, EXAMPLE_NODE_YAML.format(modeline=modeline("node", 1),
                                                 node=EXAMPLE_NODE_NAME)),
+        (GB10_NODE, GB10_NODE_YAML.format(modeline=modeline("node", 1), node="spark-1")),
     ]
     files = [ScaffoldFile(path, text.encode()) for path, text in texts]
+    if scenarios is not None:
+        files.append(ScaffoldFile(SEEDS_FILE, scenarios))
     # The profiles first, then the folders they name files in (models/, patches/).
     files += [ScaffoldFile(f"{PROFILES_DIR}/{rel}", profiles[rel])
               for rel in sorted(profiles, key=lambda rel: ("/" in rel, rel))]
@@ -210,19 +253,31 @@ def scaffold(stack: str, profiles: Mapping[str, bytes], *,
 
 def next_steps(stack: str, where: str | None) -> list[str]:
     """What the operator does after ``init``, in order (``where``: the ``cd`` target, when
-    the repository is not the current folder)."""
+    the repository is not the current folder): ``servefleet deploy`` first, which needs
+    nothing but SSH; the Pulumi route after it, with how to get the CLI (the servefleet
+    package ships only Pulumi's Python SDK) and what the stack's passphrase is for."""
     node, profile = "NAME", EXAMPLE_PROFILE
+    stack_file = STACK_FILE.format(stack=stack)
     steps = [f"cd {where}"] if where else []
     steps += [
         f"cp {EXAMPLE_NODE} {NODES_DIR}/{node}.yaml   # then describe the machine: address, "
-        "SSH user, GPUs",
+        "SSH user, GPUs (or cp nodes/gb10.yaml.sample for a DGX Spark)",
         f"servefleet keyscan {node}   # check the fingerprint on the node's console, paste "
         "the line under ssh.host_keys",
-        f"place a profile in {STACK_FILE.format(stack=stack)}:   servefleet:profiles: "
-        f"{{{node}: {profile}}}",
+        f"place a profile in {stack_file}:   servefleet:profiles: {{{node}: {profile}}}",
         f"servefleet validate --stack {stack}",
         f"servefleet plan --stack {stack}",
-        f"pulumi login --local && pulumi stack init {stack}",
+        f"servefleet deploy --stack {stack}   # no Pulumi needed: health-gated, rolled back "
+        "on failure; export HF_TOKEN=… first only for a gated model (model.gated)",
+        "optional, the same deploy through Pulumi: the Pulumi CLI is not in the servefleet "
+        "package (pip installs only its Python SDK); install it from "
+        "https://www.pulumi.com/docs/iac/download-install/ (`curl -fsSL "
+        "https://get.pulumi.com | sh -s -- --version $(pip show pulumi | sed -n "
+        "'s/^Version: //p')`, the SDK's version) or, in a servefleet source checkout, "
+        "`export PATH=\"$(scripts/ensure-pulumi):$PATH\"`",
+        f"pulumi login --local && pulumi stack init {stack}   # the passphrase it asks for "
+        f"encrypts the stack's secrets (servefleet:hfToken) in {stack_file}: keep it, and "
+        "export PULUMI_CONFIG_PASSPHRASE=… for every later pulumi command",
         "pulumi config set --secret servefleet:hfToken hf_…   # only for gated models",
         "pulumi up   # shows the preview (and what each engine change does), then asks",
     ]

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servefleet.core.models import Profile
 
 MASK = "***"
 
@@ -40,3 +44,17 @@ class SecretMask:
         for value in self._values:
             data = data.replace(value.encode(), MASK.encode())
         return data
+
+
+def optional_blanks(profiles: Iterable[Profile], values: Mapping[str, str]) -> dict[str, str]:
+    """``values`` plus an empty value for each secret the ``profiles`` list that is not
+    given and that none of them needs (a public model's ``HF_TOKEN``:
+    :meth:`~servefleet.core.models.Profile.needs_secret`): the env file then carries it
+    empty, which the engine's hub client reads as no token. A secret some profile needs
+    stays missing, for the caller to name."""
+    chosen = list(profiles)
+    needed = {name for profile in chosen for name in profile.secret_env
+              if profile.needs_secret(name)}
+    blanks = {name: "" for profile in chosen for name in profile.secret_env
+              if name not in needed and not values.get(name)}
+    return {**values, **blanks}

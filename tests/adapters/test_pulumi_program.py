@@ -242,10 +242,21 @@ def test_the_gateway_is_declared_first_and_every_node_waits_for_it(
 
 
 def test_missing_secret_names_the_config_line(tmp_path: Path) -> None:
+    # A gated model needs hfToken (a public model's is optional: it deploys blank).
+    import shutil
+
+    root = tmp_path / "project"
+    for folder in ("nodes", "profiles", "templates"):
+        shutil.copytree(REPO_ROOT / folder, root / folder,
+                        ignore=shutil.ignore_patterns("sim", "__pycache__"))
+    for name in ("Pulumi.yaml", "Pulumi.reference.yaml"):
+        shutil.copy(REPO_ROOT / name, root / name)
+    fp8 = root / "profiles/qwen36-fp8.yaml"
+    fp8.write_text(fp8.read_text().replace("\nmodel:\n", "\nmodel:\n  gated: true\n", 1))
     pulumi.runtime.set_mocks(RecordingMocks(), project="servefleet", stack="reference")
     pulumi.runtime.set_all_config({})
     with pytest.raises(ServefleetError, match=r"pulumi config set --secret servefleet:hfToken"):
-        pulumi_program.declare_fleet(REPO_ROOT, "reference", pulumi.Config("servefleet"))
+        pulumi_program.declare_fleet(root, "reference", pulumi.Config("servefleet"))
 
 
 def test_secret_config_keys() -> None:

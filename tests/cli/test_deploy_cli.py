@@ -16,6 +16,9 @@ Run = Callable[..., Result]
 
 
 def test_deploy_names_missing_secrets_before_touching_anything(run: Run, project: Path) -> None:
+    # A gated model's token is needed (a public model's is not: tests/cli/test_hub_token.py).
+    path = project / "profiles/qwen36-fp8.yaml"
+    path.write_text(path.read_text().replace("\nmodel:\n", "\nmodel:\n  gated: true\n", 1))
     result = run("deploy", "--yes", env={"HF_TOKEN": ""})
     assert result.exit_code == 1
     assert "error: secret HF_TOKEN is not set in the environment: export HF_TOKEN=…" \

@@ -69,10 +69,10 @@ def test_json_and_last(run: Callable[..., Result], recorded: list[tuple[str, str
                                                      "NONE", 61.0, "passed")
 
 
-def test_unreachable_node_is_one_line_exit_2(run: Callable[..., Result]) -> None:
+def test_unreachable_node_is_one_line_exit_1(run: Callable[..., Result]) -> None:
     # The shipped reference nodes pin no host key: servefleet refuses to connect.
     result = run("history", "dgx-spark-1")
-    assert result.exit_code == EXIT_UNREACHABLE
+    assert result.exit_code == EXIT_UNREACHABLE == 1
     [line] = result.output.splitlines()
     assert line.startswith("dgx-spark-1: unreachable: no host key is pinned")
 

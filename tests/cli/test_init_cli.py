@@ -17,7 +17,8 @@ from servefleet.core.schema import SCHEMAS
 Run = Callable[..., Result]
 
 TOP_FILES = ("Pulumi.yaml", "__main__.py", "Pulumi.home.yaml", ".gitignore",
-             "nodes/example.yaml.sample", "schemas/profile.schema.json",
+             "nodes/example.yaml.sample", "nodes/gb10.yaml.sample", "scenarios/seeds.yaml",
+             "schemas/profile.schema.json",
              "schemas/node.schema.json", "schemas/stack.schema.json")
 
 

@@ -41,11 +41,31 @@ def test_help_imports_nothing_heavy() -> None:
     assert _heavy_after("logs", "--help") == "HEAVY []"
 
 
-def test_help_lists_every_command_in_registry_order(run_cli: Callable[..., Result]) -> None:
+def _sections(output: str) -> dict[str, list[str]]:
+    """Heading → the commands listed under it, after the options."""
+    found: dict[str, list[str]] = {}
+    heading = None
+    for line in output.split("--help ")[-1].splitlines()[1:]:
+        if line and not line.startswith(" ") and line.endswith(":"):
+            heading = line[:-1]
+            found[heading] = []
+        elif heading is not None and line.startswith("  ") and line.split():
+            found[heading].append(line.split()[0])
+    return found
+
+
+def test_help_groups_every_command_once(run_cli: Callable[..., Result]) -> None:
     result = run_cli("--help")
-    listed = [line.split()[0] for line in result.output.split("Commands:")[1].splitlines()
-              if line.startswith("  ") and line.split()]
-    assert listed == list(commands.ALL)
+    sections = _sections(result.output)
+    assert list(sections) == ["Set up", "Deploy", "Observe", "Tune", "Fleet services",
+                              "Test bed"]
+    assert sections == {title: list(names) for title, names in commands.SECTIONS.items()}
+    listed = [name for names in sections.values() for name in names]
+    assert sorted(listed) == sorted(commands.ALL) and len(listed) == len(set(listed))
+    # One column for every section's descriptions.
+    starts = {line.index(line.split()[1]) for line in result.output.split("Set up:")[1]
+              .splitlines() if line.startswith("  ") and len(line.split()) > 1}
+    assert len(starts) == 1
 
 
 def test_every_entry_resolves_to_its_command() -> None:

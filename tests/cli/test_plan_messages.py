@@ -1,6 +1,6 @@
-"""``servefleet plan`` says up front which deployments cannot be compared without their
-secrets, names an unreachable node once, and a fresh checkout's sim stack says in one line
-how to create its nodes."""
+"""``servefleet plan`` says up front which deployments cannot be compared without the
+secrets they need (a gated model's ``HF_TOKEN``), names an unreachable node once, and a
+fresh checkout's sim stack says in one line how to create its nodes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,16 @@ Run = Callable[..., Result]
 UNREACHABLE = "dgx-spark-1: cannot reach dgx-spark-1.lan:22 (connection refused)"
 
 
-def test_plan_without_hf_token_names_the_uncomparable_deployments_first(run: Run) -> None:
+def _gated(project: Path) -> None:
+    """Mark the FP8 model gated (qwen36-fp8-mtp extends it): its HF_TOKEN is then needed; a
+    public model's is not, and plan only warns (tests/cli/test_hub_token.py)."""
+    path = project / "profiles/qwen36-fp8.yaml"
+    path.write_text(path.read_text().replace("\nmodel:\n", "\nmodel:\n  gated: true\n", 1))
+
+
+def test_plan_without_hf_token_names_the_uncomparable_deployments_first(run: Run,
+                                                                        project: Path) -> None:
+    _gated(project)
     result = run("plan", env={"HF_TOKEN": ""})
     notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
     assert notes == ["note: HF_TOKEN is not set in the environment: dgx-spark-1/main, "
@@ -28,7 +37,8 @@ def test_plan_without_hf_token_names_the_uncomparable_deployments_first(run: Run
     assert lines.index(notes[0]) < first_node_line
 
 
-def test_plan_json_lists_the_uncomparable(run: Run) -> None:
+def test_plan_json_lists_the_uncomparable(run: Run, project: Path) -> None:
+    _gated(project)
     data = json.loads(run("plan", "rtx5090", "dgx-spark-2", "--json",
                           env={"HF_TOKEN": ""}).output)
     assert data["missing_secrets"] == ["HF_TOKEN"]

@@ -231,7 +231,7 @@ def test_an_unreachable_node_is_one_failed_line(
     result = failing_doctor_with(doctor, project, tmp_path, document)
     address = sim_fleet.nodes[NODE].address
     assert lines(result)[1:] == [
-        f"  fail  ssh: cannot reach {address}:1 over SSH after 2 attempts ([Errno 111] "
+        f"  fail  ssh: cannot reach {address}:1 over SSH after 1 attempt ([Errno 111] "
         f"Connection refused); fix: check that the node is up and sshd listens on "
         f"root@{address}:1 (`ssh -p 1 root@{address} true`), and address / ssh.port in "
         "nodes/sim/sim-5090.yaml",

@@ -15,6 +15,7 @@ from servefleet.adapters.rollout.compose_ssh import ComposeSshRuntime
 from servefleet.adapters.rollout.control import Abort, Clock
 from servefleet.adapters.rollout.node import NodeRollout
 from servefleet.adapters.rollout.results import (
+    FAILED_PHASE,
     DeploymentResult,
     NodeResult,
     Progress,
@@ -173,7 +174,9 @@ def _deploy(project: Project, nodes: Sequence[str] | None, strategy: Strategy | 
         except ServefleetError as error:
             result = _node_error(name, error, started, clock)
             if progress is not None:
-                progress(ProgressEvent(name, None, "done", result.elapsed, result.error or ""))
+                # Never "done": the node was not deployed.
+                progress(ProgressEvent(name, None, FAILED_PHASE, result.elapsed,
+                                       (result.error or "").removeprefix(f"{name}: ")))
         result.elapsed = clock.monotonic() - started
         return result
 

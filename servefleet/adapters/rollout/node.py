@@ -17,6 +17,7 @@ from servefleet.adapters.lock import whoami
 from servefleet.adapters.rollout.choose import choose_rollback
 from servefleet.adapters.rollout.recovery import Recovery
 from servefleet.adapters.rollout.results import (
+    FAILED_PHASE,
     DeploymentResult,
     Failure,
     GaveUp,
@@ -110,7 +111,8 @@ class NodeRollout(Recovery):
         finally:
             self.lock = None
             lock.release()  # a no-op once abandoned: the lock then stays for the next run
-        self.emit("done", message=result.status)
+        # "done" only when every deployment is right; a failed (restored) one is "failed".
+        self.emit("done" if result.ok else FAILED_PHASE, message=result.status)
         return result
 
     def _unchanged(self, item: PlanItem) -> DeploymentResult:

@@ -10,6 +10,8 @@ from servefleet.adapters.health_gate import HealthReport
 from servefleet.core.plan import PlanItem
 
 Strategy = Literal["parallel", "rolling"]
+FAILED_PHASE = "failed"
+"""The last progress event of a node that did not deploy (never ``done``)."""
 DeploymentStatus = Literal["unchanged", "deployed", "failed", "rolled_back", "restore_failed",
                            "interrupted", "skipped"]
 
@@ -24,7 +26,8 @@ class ProgressEvent:
     """Deployment, for per-deployment phases."""
     phase: str
     """``observe``, ``lock``, ``preflight``, ``upload``, ``build``, ``stop``, ``gpu``,
-    ``up``, ``boot``, ``health``, ``switch``, ``restore``, ``done``…"""
+    ``up``, ``boot``, ``health``, ``switch``, ``restore``, then ``done`` (every deployment
+    right) or :data:`FAILED_PHASE` (the node was not deployed)…"""
     elapsed: float
     """Seconds since this node's rollout started."""
     message: str = ""

@@ -41,6 +41,9 @@ _EnvNames = TypeVar("_EnvNames", dict[str, str], list[str])
 Engine = Literal["vllm", "llama.cpp"]
 Platform = Literal["linux/amd64", "linux/arm64"]
 ALL_PLATFORMS: tuple[Platform, ...] = ("linux/amd64", "linux/arm64")
+HUB_TOKEN_SECRETS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
+"""Secrets that only let the engine download from the Hugging Face hub: needed for a gated
+model (``model.gated``), optional for a public one."""
 
 KvCacheDtype = Literal[
     "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
@@ -156,6 +159,11 @@ class ModelSpec(StrictModel):
     """Where the weights come from, pinned: a rollout stages them on the node before the
     old engine stops, and the engine then boots with the hub offline (``None``: the engine
     fetches or finds them itself, as before)."""
+    gated: bool = False
+    """The Hugging Face repository is gated (a licence to accept; e.g. Llama, Gemma): its
+    download needs ``HF_TOKEN``, so a deploy asks for it. A public model (the default; every
+    shipped Qwen profile) deploys without it: ``HF_TOKEN`` in ``secret_env`` is then used
+    when set (rate limits) and only warned about when not."""
 
     @field_validator("id")
     @classmethod
@@ -436,6 +444,11 @@ class Profile(StrictModel):
         if overlap:
             raise ValueError(f"{sorted(overlap)} are in both env and secret_env")
         return self
+
+    def needs_secret(self, name: str) -> bool:
+        """Whether a deploy must have ``name`` (from ``secret_env``): every secret but a
+        hub token of a public model (:data:`HUB_TOKEN_SECRETS`, ``model.gated``)."""
+        return self.model.gated or name not in HUB_TOKEN_SECRETS
 
     @property
     def version(self) -> tuple[int, ...]:
