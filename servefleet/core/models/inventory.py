@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from servefleet.core.gpu.known import TABLE_SOURCE_PREFIX, known_gpu
 from servefleet.core.hostkeys import normalize_host_key
 from servefleet.core.models.common import (
     AbsPath,
@@ -84,6 +85,28 @@ class Gpu(StrictModel):
     memory_source: SingleLine | None = None
     """Where ``cuda_memory_gib`` and ``boot_free_gib`` come from (a probe of the node, a
     public report): shown in every message that uses them."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_gpu_figures(cls, data: Any) -> Any:
+        """A GPU of :data:`~servefleet.core.gpu.known.KNOWN_GPUS` written without CUDA's
+        figures gets them from the table (``memory_source`` says so): a node file with only
+        the box's memory is planned from what CUDA reports, not from the box."""
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            return data
+        row = known_gpu(data["name"])
+        if row is None or data.get("cuda_memory_gib") is not None:
+            return data
+        memory = data.get("memory_gib")
+        if isinstance(memory, (int, float)) and row.cuda_memory_gib > memory * 1.01:
+            return data  # less than the table's: a slice of the device, said as it is
+        filled = {**data, "cuda_memory_gib": row.cuda_memory_gib}
+        filled.setdefault("unified_memory", row.unified_memory)
+        if row.boot_free_gib is not None and data.get("boot_free_gib") is None:
+            filled["boot_free_gib"] = row.boot_free_gib
+        if data.get("memory_source") is None:
+            filled["memory_source"] = TABLE_SOURCE_PREFIX + row.source
+        return filled
 
     @field_validator("compute_capability")
     @classmethod

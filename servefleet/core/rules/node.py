@@ -1,10 +1,11 @@
-"""Node-level rules: SSH trust and ports."""
+"""Node-level rules: SSH trust, ports, and GPU memory as CUDA reports it."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
 
+from servefleet.core.gpu.known import TABLE_SOURCE_PREFIX, known_gpu
 from servefleet.core.hostkeys import pin_advice
 from servefleet.core.rules.base import Issue, NodeContext, Placement, Severity, node_rule
 
@@ -68,4 +69,29 @@ def port_not_on_node(ctx: NodeContext) -> Iterator[Issue]:
             why="the inventory's ports are the ones the node's firewall and probes expect",
             fix=(f"use one of {', '.join(map(str, ctx.node.ports))}, or add "
                  f"{placement.port} to ports in {ctx.node_file}"),
+        )
+
+
+@node_rule("gpu-memory-from-table", Severity.WARNING)
+def gpu_memory_from_table(ctx: NodeContext) -> Iterator[Issue]:
+    """A known GPU written without CUDA's figure: planned from the known-GPU table, which is
+    another box's reading, not this one's."""
+    for index, gpu in enumerate(ctx.node.gpus):
+        row = known_gpu(gpu.name)
+        if row is None or not (gpu.memory_source or "").startswith(TABLE_SOURCE_PREFIX):
+            continue
+        box = (f"memory_gib {gpu.memory_gib:g} is the {gpu.name}'s figure on the box"
+               if abs(gpu.memory_gib - row.marketing_gib) < 0.5 else
+               f"memory_gib is {gpu.memory_gib:g}")
+        unified = " and its memory is unified with the host's" if gpu.unified_memory else ""
+        yield Issue(
+            file=ctx.node_file, field=f"gpus[{index}].cuda_memory_gib", value=None,
+            message=(f"{box}; CUDA reports {row.cuda_memory_gib:g} GiB of it{unified}, so "
+                     f"servefleet plans {ctx.node.name} from that "
+                     f"({row.source})"),
+            why="vLLM sizes the KV pool against the memory CUDA reports, not the box's "
+                "figure; planning from the box over-plans every pool",
+            fix=(f"measure this node: `servefleet probe {ctx.node.name}` and set "
+                 f"cuda_memory_gib{' and boot_free_gib' if row.unified_memory else ''} "
+                 "from it, with memory_source saying so"),
         )

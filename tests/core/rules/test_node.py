@@ -37,3 +37,16 @@ def test_port_not_on_node(kit):
                        field="servefleet:profiles.gb10.main.port", value="9000",
                        why="firewall", fix="add 9000 to ports in nodes/gb10.yaml")
     assert not kit.run("port-not-on-node", kit.place(kit.profile(), kit.node("gb10"), port=8001))
+
+
+def test_gpu_memory_from_table(kit):
+    box = [{"name": "NVIDIA GB10", "memory_gib": 128, "compute_capability": "12.1"}]
+    node = kit.node("gb10", gpus=box)
+    assert node.gpus[0].cuda_memory_gib == 121.69 and node.gpus[0].unified_memory
+    finding = kit.only("gpu-memory-from-table", kit.place(kit.profile(), node))
+    kit.assert_message(finding, file="nodes/gb10.yaml", field="gpus[0].cuda_memory_gib",
+                       value="memory_gib 128", why="CUDA reports",
+                       fix="servefleet probe gb10")
+    assert "memory_gib 128 is the NVIDIA GB10's figure on the box; CUDA reports 121.69 GiB" \
+        in finding.message and "unified with the host's" in finding.message
+    assert not kit.run("gpu-memory-from-table", kit.place(kit.profile(), kit.node("gb10")))
