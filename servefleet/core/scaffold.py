@@ -152,7 +152,7 @@ gpus:
     # What vLLM sizes against: CUDA reports 31.37 GiB of the 32 GB. Measure yours with
     # `servefleet probe <name>` and keep the figure it gives.
     cuda_memory_gib: 31.37
-    memory_source: "vLLM's log on an RTX 5090, total_gpu_memory (31.37GiB) (vllm-project/vllm#14452)"
+    memory_source: "vLLM's log on an RTX 5090: total_gpu_memory (31.37GiB), vllm#14452"
 host_memory_gib: 64
 driver_version: "580.142"
 cuda_version: "13.0"
