@@ -74,6 +74,7 @@ class HubRequest:
     authorization: bool  # whether an Authorization header came
     token_sha256: str | None  # sha256 hex of the bearer token (of the whole value if not Bearer)
     status: int  # 0 if no answer was started
+    at: float = 0.0  # time.monotonic() when the request came (it is logged once answered)
 
 
 @dataclass(frozen=True)
@@ -169,8 +170,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self, body: bool) -> None:
         self._status, hub, auth = 0, self.server.hub, self.headers.get("Authorization")
+        came = time.monotonic()
         try:
-            if urlsplit(self.path).path == "/api/agent-harnesses":
+            if hub.refusing:
+                # Down, as far as any client can tell: every request fails (and is logged).
+                self._error(503, None, "the hub is down (LocalHub.refuse)")
+            elif urlsplit(self.path).path == "/api/agent-harnesses":
                 # Public on the Hub; the client asks for it (agent detection) with no token.
                 self._json({"standardEnvVars": [], "harnesses": {}})
             elif hub._token is None or self._authorized(auth, hub._token):
@@ -182,7 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
             hub.requests.append(HubRequest(
                 self.command, self.path, self.headers.get("Range"), auth is not None,
                 hashlib.sha256(token.encode()).hexdigest() if token is not None else None,
-                self._status))
+                self._status, came))
 
     def _authorized(self, auth: str | None, token: str) -> bool:
         if auth is not None and hmac.compare_digest(auth.encode(), f"Bearer {token}".encode()):
@@ -348,6 +353,11 @@ class LocalHub:
     ``token``: when set, every request must carry ``Authorization: Bearer <token>`` (else 401),
     which proves a token reaches the client's environment. ``tree_page_size``: entries per
     page of the tree listing (lower it to exercise the client's pagination).
+
+    :attr:`requests` logs every request once answered, with the time it came; while
+    :attr:`refusing` (see :meth:`refuse`) every request is answered 503 and still logged, so
+    a test can take the hub away from a client and see whether the client asked it anything
+    (:meth:`requests_since`).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None
@@ -355,6 +365,7 @@ class LocalHub:
         self.host, self.port = host, port
         self.requests: list[HubRequest] = []
         self.tree_page_size = 1000
+        self.refusing = False
         self._token = token
         self._repos: dict[str, _Repo] = {}
         self._faults: dict[str | None, _Fault] = {}
@@ -407,6 +418,22 @@ class LocalHub:
         repo.modified = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
         self._repos[repo_id] = repo  # published last: a request sees a whole repo or none
         return commit
+
+    @contextlib.contextmanager
+    def refuse(self) -> Iterator[float]:
+        """While the block runs, answer every request with 503 (the hub is down as far as
+        clients can tell; each request is still logged). Yields the time it began (for
+        :meth:`requests_since`)."""
+        self.refusing = True
+        try:
+            yield time.monotonic()
+        finally:
+            self.refusing = False
+
+    def requests_since(self, since: float) -> list[HubRequest]:
+        """The requests that came at or after ``since`` (a ``time.monotonic()`` value),
+        answered so far."""
+        return [r for r in list(self.requests) if r.at >= since]
 
     def fault(self, path: str | None = None, *, bytes_per_second: int | None = None,
               cut_after: int | None = None, corrupt_at: int | None = None) -> None:

@@ -145,8 +145,18 @@ def test_real_adapter_refuses_an_unpinned_host_key(run: Run, box: Path) -> None:
 def test_adapter_splits_one_round_trip() -> None:
     from servefleet.adapters.importer import SEPARATOR, import_argv, split_listing
 
-    argv = import_argv()
+    argv = import_argv({"MY_CRED"})
     assert argv[:2] == ["sh", "-c"] and "docker ps -a -q --no-trunc" in argv[2]
-    text = json.dumps([DOCKER_RUN_VLLM]) + f"\n{SEPARATOR}\n" + json.dumps([VLLM_IMAGE]) + "\n"
+    # Docker is asked through templates, never for the whole inspect document: the
+    # listed secret name is in the template (as a name), the script itself is constant.
+    assert 'docker inspect --type container --format "$1"' in argv[2]
+    assert 'docker image inspect --format "$2"' in argv[2]
+    assert '(eq $n "MY_CRED")' in argv[4] and '(eq $n "MY_CRED")' in argv[5]
+    assert "MY_CRED" not in argv[2]
+    lines = [json.dumps(DOCKER_RUN_VLLM), json.dumps(COMPOSE_LLAMA)]
+    text = "\n".join([*lines, SEPARATOR, json.dumps(VLLM_IMAGE)]) + "\n"
     containers, images = split_listing("gpu-box", text)
-    assert containers[0]["Name"] == "/vllm-qwen" and images[0]["Id"] == VLLM_IMAGE["Id"]
+    assert [c["Name"] for c in containers] == ["/vllm-qwen", "/chat-llama-1"]
+    assert [i["Id"] for i in images] == [VLLM_IMAGE["Id"]]
+    # A node without containers prints the separator alone.
+    assert split_listing("gpu-box", f"{SEPARATOR}\n") == ([], [])

@@ -127,3 +127,15 @@ def test_pinned_gpus_and_missing_image() -> None:
     assert engine.gpu_count == 2 and engine.gpu_ids == ("0", "1")
     assert engine.image_digest is None
     assert engine.env["PATH"]  # without the image, nothing tells the image's variables
+
+
+def test_what_the_node_masked_is_read_as_masked() -> None:
+    # The import's template sends a secret variable as its name alone and a masked
+    # argument as SECRET_VALUE (servefleet.adapters.importer): both read as secrets.
+    doc = variant(DOCKER_RUN_VLLM, Args=[*VLLM_ARGS, "--foo", SECRET_VALUE])
+    doc["Config"]["Env"] = ["HF_TOKEN", *doc["Config"]["Env"][1:]]
+    engine = running_engine(doc, VLLM_IMAGE)
+    assert engine.secret_env == ("HF_TOKEN",)
+    assert "HF_TOKEN" not in engine.env
+    assert engine.argv[-2:] == ("--foo", SECRET_VALUE)
+    assert "the value of --foo is a secret: it was not read" in engine.notes

@@ -131,6 +131,29 @@ def test_unknown_repo_revision_file_answer_hub_errors(hub: LocalHub, model: Path
         assert "error" in json.loads(caught.value.read())
 
 
+def test_a_refusing_hub_answers_every_request_503_and_logs_it(hub: LocalHub,
+                                                             model: Path) -> None:
+    sha = hub.add_repo(REPO, model)
+    config = hub.url() + f"/{REPO}/resolve/{sha}/config.json"
+    urllib.request.urlopen(config, timeout=10).read()
+    with hub.refuse() as since:
+        for path in (f"/{REPO}/resolve/{sha}/config.json", f"/api/models/{REPO}",
+                     "/api/agent-harnesses"):
+            with pytest.raises(urllib.error.HTTPError) as caught:
+                urllib.request.urlopen(hub.url() + path, timeout=60)
+            assert caught.value.code == 503, path
+    deadline = time.monotonic() + 5  # a request is logged once answered
+    while len(hub.requests_since(since)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    seen = hub.requests_since(since)
+    assert len(seen) == 3 and {r.status for r in seen} == {503}, seen
+    assert [r.path for r in seen] == [f"/{REPO}/resolve/{sha}/config.json",
+                                          f"/api/models/{REPO}", "/api/agent-harnesses"]
+    assert [r.status for r in hub.requests if r.at < since] == [200], hub.requests
+    urllib.request.urlopen(config, timeout=10).read()
+    assert not hub.refusing
+
+
 def test_corrupt_byte_is_downloaded_and_verify_reports_it(hub: LocalHub, model: Path,
                                                           client: Callable[..., Any],
                                                           tmp_path: Path) -> None:

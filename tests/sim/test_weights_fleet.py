@@ -16,7 +16,7 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ SPARK2 = "sim-spark-2"
 GGUF_REPO = "unsloth/Qwen3.6-35B-A3B-GGUF"
 GGUF_FILE = "Qwen3.6-35B-A3B-Q4_K_M.gguf"
 VLLM_REPO = "Qwen/Qwen3.6-35B-A3B-FP8"
+NONCE_PREFIX = "servefleet-weights-"
+"""The comment of a one-copy key (servefleet.adapters.weights.peers)."""
 
 
 @dataclasses.dataclass
@@ -62,9 +64,9 @@ class Bed:
     scratch: Path
 
 
-def forget_staged(project: Project) -> None:
+def forget_staged(project: Project, names: tuple[str, ...] = (RTX, SPARK, SPARK2)) -> None:
     """Remove what these tests stage from the nodes' folders, so every run fetches."""
-    for name in (RTX, SPARK, SPARK2):
+    for name in names:
         node = project.nodes[name]
         if node.models_dir is not None:
             models = Path(node.models_dir)
@@ -166,6 +168,42 @@ class Watcher:
     def messages(self, phase: str) -> list[str]:
         return [m for _, p, m in self.phases if p == phase and m]
 
+    def served_while_staging(self) -> list[int]:
+        """Every answer of the old engine from the start of the staging to the stop."""
+        start, stop = self.started("weights"), self.started("stop")
+        return [s for t, s in self.answers if start <= t <= stop]
+
+    def staged_at(self) -> float:
+        """When the staging said its weights were verified."""
+        return next(t for t, p, m in self.phases if p == "weights" and m.endswith(": verified"))
+
+
+class HubDown:
+    """The deploy's progress, which takes the hub away (every request answered 503, and
+    logged) as the old engine stops, once the weights are staged: the boot must not ask it
+    anything. ``since`` is when it went down."""
+
+    def __init__(self, hub: LocalHub, then: Callable[[ProgressEvent], None]) -> None:
+        self.hub, self.then = hub, then
+        self.since: float | None = None
+
+    def __call__(self, event: ProgressEvent) -> None:
+        self.then(event)
+        if event.phase == "stop" and self.since is None:
+            self.since = time.monotonic()
+            self.hub.refusing = True
+
+    def __enter__(self) -> HubDown:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.hub.refusing = False
+
+    def asked_after_staging(self) -> list[str]:
+        """What the hub was asked after it went down (nothing, for an offline boot)."""
+        assert self.since is not None, "the deploy never reached the stop"
+        return [f"{r.method} {r.path} -> {r.status}" for r in self.hub.requests_since(self.since)]
+
 
 def one(results: list[NodeResult]) -> Any:
     [result] = results
@@ -195,17 +233,18 @@ def test_a_gguf_is_staged_while_the_old_engine_serves_then_loaded_offline(bed: B
     staged = gguf_profile(bed, "q4-staged")
     # Slow enough that the staging takes seconds: the old engine must answer throughout.
     with bed.hub.faulted(bytes_per_second=max(bed.gguf.stat().st_size // 3, 1)), \
-            Watcher(bed, RTX) as watch:
-        result = one(deploy(placed(bed, RTX, staged), secrets=SECRETS, progress=watch.progress))
-    assert result.status == "deployed", result.failure and result.failure.message
+            Watcher(bed, RTX) as watch, HubDown(bed.hub, watch.progress) as down:
+        result = one(deploy(placed(bed, RTX, staged), secrets=SECRETS, progress=down))
+        assert result.status == "deployed", result.failure and result.failure.message
+        # The boot and the gate ran with the hub down; it was asked nothing after staging.
+        assert down.asked_after_staging() == []
     phases = [p for _, p, _ in watch.phases]
     assert phases.index("weights") < phases.index("stop")
     staging = watch.started("stop") - watch.started("weights")
     assert staging >= 2.0, staging
-    assert watch.failed_between(watch.started("weights"), watch.started("stop")) == []
-    served = [s for t, s in watch.answers
-              if watch.started("weights") <= t <= watch.started("stop")]
-    assert len(served) >= 10 and set(served) == {200}
+    assert watch.staged_at() < watch.started("stop")
+    served = watch.served_while_staging()
+    assert len(served) >= 10 and set(served) == {200}, served
     shown = watch.messages("weights")
     assert shown[0].startswith("fetching 1 file(s)")
     assert any(" of " in m and "/s" in m for m in shown), shown
@@ -356,24 +395,50 @@ def snapshot_profile(bed: Bed) -> Profile:
     return Profile.model_validate(data)
 
 
-def test_a_snapshot_is_staged_by_the_real_client_and_vllm_boots_from_it_offline(
+def online_capable(bed: Bed, profile: Profile, node: str) -> Profile:
+    """``profile`` whose engine knows the hub's address (``HF_ENDPOINT``): were it not
+    offline, its boot would ask the test hub, whose log would show it."""
+    endpoint = bed.project.nodes[node].hf_endpoint
+    assert endpoint is not None
+    return profile.model_copy(update={"env": {**profile.env, "HF_ENDPOINT": endpoint}})
+
+
+def test_a_snapshot_is_staged_while_the_old_vllm_serves_and_vllm_boots_from_it_offline(
         bed: Bed) -> None:
-    staged = snapshot_profile(bed)
-    data = staged.model_dump()
     node = bed.project.nodes[SPARK]
+    # The old engine: the real vLLM, on the tiny twin (no staged weights).
+    old = one(deploy(placed(bed, SPARK, bed.project.profiles["qwen36-fp8"]), secrets=SECRETS))
+    assert old.status == "deployed", old.failure and old.failure.message
+    assert http_get(node, PORT, "/health", timeout=10)[0] == 200
+    staged = online_capable(bed, snapshot_profile(bed), SPARK)
+    data = staged.model_dump()
     snapshot = (Path(node.hf_cache) / "hub" / "models--Qwen--Qwen3.6-35B-A3B-FP8" /
                 "snapshots" / bed.vllm_commit)
-    with Watcher(bed, SPARK) as watch:
-        result = one(deploy(placed(bed, SPARK, staged), secrets=SECRETS,
-                            progress=watch.progress))
-    assert result.status == "deployed", result.failure and result.failure.message
-    assert watch.messages("weights")[-1].endswith(": verified")
+    size = sum(f.stat().st_size for f in bed.tiny_vllm.iterdir() if f.is_file())
+    # Slow enough that the staging takes seconds: the old engine must answer throughout.
+    with bed.hub.faulted(bytes_per_second=max(size // 3, 1)), Watcher(bed, SPARK) as watch, \
+            HubDown(bed.hub, watch.progress) as down:
+        result = one(deploy(placed(bed, SPARK, staged), secrets=SECRETS, progress=down))
+        assert result.status == "deployed", result.failure and result.failure.message
+        status, body = http_get(node, PORT, "/v1/models", timeout=30)
+        assert status == 200 and b"qwen36" in body
+        # Booted, gated and serving with the hub down: asked nothing after the staging.
+        assert down.asked_after_staging() == []
+    phases = [p for _, p, _ in watch.phases]
+    assert phases.index("weights") < phases.index("stop")
+    assert watch.staged_at() < watch.started("stop")
+    staging = watch.started("stop") - watch.started("weights")
+    assert staging >= 2.0, staging
+    # Every probe of the old vLLM from the staging's start to the stop: all answered.
+    served = watch.served_while_staging()
+    assert len(served) >= 10 and set(served) == {200}, served
+    shown = watch.messages("weights")
+    assert shown[0].startswith("fetching "), shown
+    assert shown[-1].endswith(": verified")
     assert (snapshot / "config.json").read_bytes() == (bed.tiny_vllm / "config.json").read_bytes()
     log = boot_log(bed, SPARK)
     assert f"model {VLLM_REPO} kept: servefleet staged it" in log
     assert container_env(bed, SPARK)["HF_HUB_OFFLINE"] == "1"
-    status, body = http_get(node, PORT, "/v1/models", timeout=30)
-    assert status == 200 and b"qwen36" in body
     # A moved revision in git is another release: the plan changes, nothing moves by itself.
     moved = bed.scratch / "moved-revision"
     shutil.copytree(bed.tiny_vllm, moved, dirs_exist_ok=True)
@@ -385,8 +450,24 @@ def test_a_snapshot_is_staged_by_the_real_client_and_vllm_boots_from_it_offline(
     assert [i.kind for i in report.items if i.kind == DriftKind.RELEASE] == [DriftKind.RELEASE]
 
 
+def the_first_spark_holds_the_snapshot(bed: Bed, fleet: FleetHandle) -> None:
+    """The first Spark holds the snapshot verified (staged by the test above, or now), and
+    the second has neither the deployment nor the snapshot: a test that copies from the
+    first runs alone as well as after the others."""
+    spark = bed.project.nodes[SPARK]
+    record = (Path(spark.hf_cache) / "servefleet" / "verified" /
+              f"models--Qwen--Qwen3.6-35B-A3B-FP8@{bed.vllm_commit}.json")
+    if not record.is_file():
+        first = one(deploy(placed(bed, SPARK, snapshot_profile(bed)), secrets=SECRETS))
+        assert first.status == "deployed", first.failure and first.failure.message
+    assert record.is_file()
+    fleet.remove_deployment(bed.project, DEP, [SPARK2])
+    forget_staged(bed.project, (SPARK2,))
+
+
 def test_the_second_spark_copies_the_snapshot_from_the_first_over_the_fast_link(
-        bed: Bed) -> None:
+        bed: Bed, real_engines: FleetHandle) -> None:
+    the_first_spark_holds_the_snapshot(bed, real_engines)
     staged = snapshot_profile(bed)
     [item], errors = plan_fleet(placed(bed, SPARK2, staged), [SPARK2], secrets=SECRETS)
     assert not errors
@@ -414,4 +495,45 @@ def test_the_second_spark_copies_the_snapshot_from_the_first_over_the_fast_link(
     assert f"model {VLLM_REPO} kept: servefleet staged it" in boot_log(bed, SPARK2)
     # The one-copy key is gone from the neighbour.
     keys = Path(bed.project.nodes[SPARK].ssh.authorized_keys or "/nonexistent")
-    assert "servefleet-weights-" not in keys.read_text()
+    assert NONCE_PREFIX not in keys.read_text()
+
+
+def test_a_failed_copy_from_the_neighbour_falls_back_to_the_hub(
+        bed: Bed, real_engines: FleetHandle) -> None:
+    the_first_spark_holds_the_snapshot(bed, real_engines)
+    staged = snapshot_profile(bed)
+    spark = bed.project.nodes[SPARK]
+    # The neighbour's inventory names a keys file its sshd does not read: the one-copy key
+    # is written there, so the copy's ssh is refused and the copy fails.
+    assert spark.ssh.authorized_keys is not None
+    read_by_sshd = Path(spark.ssh.authorized_keys)
+    unread = read_by_sshd.with_name("authorized_keys.not-read-by-sshd")
+    wrong = spark.model_copy(update={"ssh": spark.ssh.model_copy(
+        update={"authorized_keys": str(unread)})})
+    project = placed(bed, SPARK2, staged)
+    project = dataclasses.replace(project, nodes={**project.nodes, SPARK: wrong})
+    since = time.monotonic()
+    try:
+        with Watcher(bed, SPARK2) as watch:
+            result = one(deploy(project, secrets=SECRETS, progress=watch.progress))
+        written = unread.read_text() if unread.exists() else None
+    finally:
+        unread.unlink(missing_ok=True)
+    assert result.status == "deployed", result.failure and result.failure.message
+    shown = watch.messages("weights")
+    assert shown[0].startswith("copying ") and f"from {SPARK} over the fast link" in shown[0]
+    assert shown[1].startswith(f"copy from a neighbour failed ({SPARK2}: "), shown
+    assert shown[1].endswith("; fetching from the hub instead"), shown
+    assert not any(m.startswith("copied from") for m in shown), shown
+    assert shown[2].startswith("fetching "), shown
+    assert shown[-1].endswith(": verified"), shown
+    # The weights came from the hub: every file of the snapshot was fetched.
+    fetched = {r.path.rsplit("/", 1)[-1] for r in bed.hub.requests_since(since)
+               if r.method == "GET" and f"/resolve/{bed.vllm_commit}/" in r.path
+               and r.status == 200}
+    assert fetched >= {"config.json", "model.safetensors"}, fetched
+    # The key was written (to the file the inventory names) and removed after the failure.
+    assert written is not None and NONCE_PREFIX not in written
+    assert NONCE_PREFIX not in read_by_sshd.read_text()
+    assert f"model {VLLM_REPO} kept: servefleet staged it" in boot_log(bed, SPARK2)
+

@@ -6,9 +6,12 @@ The documents are those the Docker CLI prints (one object of the array each): ``
 ``HostConfig.{NetworkMode,PortBindings,DeviceRequests,RestartPolicy}``, ``Mounts``; of the
 image, ``Id``, ``RepoDigests``, ``Config.{Env,Labels}``. Anything missing reads as unknown.
 
-Secret values are dropped here, at the first step: a variable whose name looks secret (or
-is listed) keeps only its name, and the value of a flag whose name looks secret, or any
-argument holding a secret variable's value, is replaced by :data:`SECRET_VALUE`.
+Secret values are dropped here too: a variable whose name looks secret (or is listed)
+keeps only its name, and the value of a flag whose name looks secret, or any argument
+holding a secret variable's value, is replaced by :data:`SECRET_VALUE`. The import reads a
+node through a template that does the same on the node (:mod:`servefleet.adapters.importer`),
+so there a secret variable comes as its name alone and a masked argument as
+:data:`SECRET_VALUE`, which is read as masked.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ def _mask_argv(argv: Sequence[str], secret_values: Collection[str]) -> tuple[lis
             out.append(SECRET_VALUE)
             hide_next = False
             continue
-        if any(value and value in arg for value in secret_values):
+        if arg == SECRET_VALUE or any(value and value in arg for value in secret_values):
             out.append(SECRET_VALUE)
             masked.append(out[-2] if len(out) > 1 and out[-2].startswith("-") else "argument")
             continue
