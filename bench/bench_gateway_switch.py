@@ -201,7 +201,7 @@ def report(load: GatewayLoad, events: list[GatewayEvent], legs: list[tuple[str, 
             if seen["failed"]:
                 problems.append(f"{name}: {seen['failed']} failed: {seen['failures']}")
             windows = drain_windows(leg_events)
-            if {w.server for w in windows} != {f"{n}.gw" for n in SPARKS} and windows:
+            if {w.server.split(".")[0] for w in windows} != set(SPARKS) and windows:
                 problems.append(f"{name}: drained {[w.server for w in windows]}")
             if not windows:
                 problems.append(f"{name}: the gateway never drained an engine")

@@ -1,14 +1,22 @@
 """KV-pool planner accuracy: every Qwen3.6 KV figure we hold, predicted vs printed, and
 every pool vLLM's CPU build printed for the simulated nodes' tiny twin.
 
-    .venv/bin/python bench/bench_kvplan.py [--markdown]
+    .venv/bin/python bench/bench_kvplan.py [--notes] [--json]
 
-Prints one row per figure (inputs, predicted, printed, error %) and the worst case; rows the
-planner does not model are listed with the reason. Exit 0 always: this is a report.
+Prints one row per figure (inputs, predicted, printed, error %) as Markdown tables and the
+worst case; rows the planner does not model are listed with the reason (``--notes``: every
+row's note). ``--json`` prints one JSON document instead (the counts and the worst errors).
+
+Exit status: 0 when every table compared at least one figure and every compared figure is
+within the planner's tolerance; 1 when a table compared nothing (the comparison did not
+happen: no pinned figure, no recorded CPU pool) or a figure is off by more than the
+tolerance.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -21,14 +29,21 @@ CONFIG = ("models/qwen3.6-35b-a3b.config.json",
           "a24b96956f06a5055ab1e73006159adfe90cb8d6fb02f33459166f6ed8a40879")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--notes", action="store_true", help="every row's note")
+    parser.add_argument("--json", action="store_true", help="one JSON document")
+    args = parser.parse_args(argv)
+    lines: list[str] = []
+    say = lines.append
     facts = load_pinned(ROOT / "profiles", *CONFIG)
     results = table(facts)
     cold = cold_table(facts)
-    print("| source and inputs | printed tokens | cold: predicted | cold error | "
-          "calibrated or from printed budget | error |")
-    print("|---|---|---|---|---|---|")
+    say("| source and inputs | printed tokens | cold: predicted | cold error | "
+        "calibrated or from printed budget | error |")
+    say("|---|---|---|---|---|---|")
     worst: dict[str, float] = {}
+    compared = {"cold": 0, "calibrated": 0, "cpu": 0}
     for res, cres in zip(results, cold, strict=True):
         row = res.row
         inputs = (f"{row.source}; vLLM {'.'.join(map(str, row.version))}, kv {row.kv_dtype}, "
@@ -40,28 +55,50 @@ def main() -> int:
                 continue
             err = found.error or 0.0
             worst[kind] = max(worst.get(kind, 0.0), abs(err))
+            compared[kind] += 1
             cells.append(f"{found.predicted_tokens:,} | {err:+.2%}")
         note = f" ({res.note})" if res.predicted_tokens is None else ""
-        print(f"| {inputs}{note} | {row.printed_tokens:,} | {cells[0]} | {cells[1]} |")
+        say(f"| {inputs}{note} | {row.printed_tokens:,} | {cells[0]} | {cells[1]} |")
     for kind, err in worst.items():
-        print(f"\nworst {kind}: ±{err:.2%}; tolerance ±{TOLERANCE:.0%}")
+        say(f"\nworst {kind}: ±{err:.2%}; tolerance ±{TOLERANCE:.0%}")
     predicted, printed = mtp_delta(facts)
-    print(f"GB10 MTP on vs off, cold: {predicted:+.1%} (printed {printed:+.1%})")
-    print("\nvLLM's CPU build (simulated nodes) on the tiny twin:\n")
-    print("| source and inputs | KV space | predicted tokens | printed tokens | error | "
-          "predicted conc. | printed conc. |")
-    print("|---|---|---|---|---|---|---|")
+    say(f"GB10 MTP on vs off, cold: {predicted:+.1%} (printed {printed:+.1%})")
+    say("\nvLLM's CPU build (simulated nodes) on the tiny twin:\n")
+    say("| source and inputs | KV space | predicted tokens | printed tokens | error | "
+        "predicted conc. | printed conc. |")
+    say("|---|---|---|---|---|---|---|")
     cpu = cpu_table(facts_from_config(TINY_CONFIG, "tiny twin"))
     for res in cpu:
         row = res.row
-        print(f"| {row.source}; kv {row.kv_dtype}, L {row.max_model_len} | "
-              f"{row.available_gib:g} GiB | {res.predicted_tokens:,} | {row.printed_tokens:,} | "
-              f"{res.error or 0.0:+.2%} | {res.predicted_concurrency:.2f} | "
-              f"{row.printed_concurrency} |")
-    if "--notes" in sys.argv:
+        if res.predicted_tokens is None:
+            say(f"| {row.source} | not modelled: {res.note} | | | | | |")
+            continue
+        compared["cpu"] += 1
+        worst["cpu"] = max(worst.get("cpu", 0.0), abs(res.error or 0.0))
+        say(f"| {row.source}; kv {row.kv_dtype}, L {row.max_model_len} | "
+            f"{row.available_gib:g} GiB | {res.predicted_tokens:,} | {row.printed_tokens:,} | "
+            f"{res.error or 0.0:+.2%} | {res.predicted_concurrency:.2f} | "
+            f"{row.printed_concurrency} |")
+    if args.notes:
         for res in [*results, *cold, *cpu]:
-            print(f"- {res.row.source}: {res.note}")
-    return 0
+            say(f"- {res.row.source}: {res.note}")
+    # The scenario happened only if every table compared something; its claim holds only
+    # if every compared figure is within the tolerance.
+    empty = sorted(kind for kind, count in compared.items() if count == 0)
+    beyond = sorted(kind for kind, err in worst.items() if err > TOLERANCE)
+    problems = ([f"nothing compared: {', '.join(empty)}"] if empty else []) + (
+        [f"beyond ±{TOLERANCE:.0%}: {', '.join(beyond)}"] if beyond else [])
+    if args.json:
+        print(json.dumps({"compared": compared, "worst": worst, "tolerance": TOLERANCE,
+                          "mtp_delta": {"predicted": predicted, "printed": printed},
+                          "problems": problems}, indent=2))
+    else:
+        print("\n".join(lines))
+        print(f"\ncompared: {compared['cold']} cold, {compared['calibrated']} calibrated, "
+              f"{compared['cpu']} CPU pools")
+    for problem in problems:
+        print(f"bench_kvplan: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

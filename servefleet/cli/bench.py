@@ -68,8 +68,10 @@ def split_target(target: str, deployment: str | None) -> tuple[str, str]:
     return node, named or deployment or "main"
 
 
-def print_summaries(summaries: Sequence[ScenarioSummary], title: str) -> None:
-    """The per-scenario table, then the throughput chart."""
+def print_summaries(summaries: Sequence[ScenarioSummary], title: str,
+                    records: Sequence[BenchRecord] = ()) -> None:
+    """The per-scenario table, then the throughput chart, the errors and, for each seed of
+    ``records`` that ran again after lost requests, why (its figures are the last run's)."""
     from rich.table import Table
 
     from servefleet.core.bench.table import SUMMARY_HEADER, chart, summary_row
@@ -94,6 +96,10 @@ def print_summaries(summaries: Sequence[ScenarioSummary], title: str) -> None:
     for summary in summaries:
         for error in summary.errors:
             out.print(f"[red]{summary.scenario}: error:[/red] {error}")
+    for record in records:
+        note = _rerun_note(record)
+        if note:
+            out.print(f"[yellow]{record.scenario} seed {record.seed}:[/yellow]{note}")
 
 
 def print_changes(changes: Sequence[Change], decision: Decision | None, title: str) -> None:
@@ -125,8 +131,10 @@ def _rerun_note(record: BenchRecord) -> str:
     if not reruns:
         return ""
     lost = sum(int(r.get("failed") or 0) for r in reruns)
+    errors = list(dict.fromkeys(str(r["error"]) for r in reruns if r.get("error")))
     return (f" (ran {len(reruns) + 1} times: {lost} request(s) of the earlier run(s) found "
-            "their connection closed by the engine before it answered)")
+            "their connection closed by the engine before it answered"
+            + (f": {'; '.join(errors)}" if errors else "") + ")")
 
 
 def _scenarios(project: Project, path: str | None, only: str | None) -> list[Scenario]:
@@ -197,7 +205,7 @@ def _ab(project: Project, node: str, deployment: str, profile_b: str,
     else:
         for role, records in outcome.records.items():
             print_summaries(summarise(records), f"{role}: {records[0].profile}, release "
-                            f"{records[0].release}")
+                            f"{records[0].release}", records)
         if outcome.changes:
             print_changes(outcome.changes, outcome.decision,
                           f"{node}/{deployment}: A = {outcome.profile_a}, B = "
@@ -367,7 +375,7 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
         click.echo(json.dumps([json.loads(r.to_line()) for r in records], indent=2))
     else:
         print_summaries(summarise(records), f"{node}/{deployment}: release "
-                        f"{target_info.release} ({target_info.profile})")
+                        f"{target_info.release} ({target_info.profile})", records)
     if any(r.value("failed") for r in records):
         sys.exit(1)
 

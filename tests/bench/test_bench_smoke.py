@@ -1,5 +1,7 @@
 """Every script under ``bench/`` runs at its smallest size, exits 0 and prints its result
 lines. No timing is asserted: the figures themselves are the README's, taken by hand.
+:func:`test_every_bench_script_has_a_smoke_run` holds the "every": the scripts this module
+runs are those of ``bench/`` with a ``main``, read from the folder.
 
 Each script runs as a subprocess of this interpreter, from the repository root, with this
 tree first on ``PYTHONPATH`` (so the servefleet it imports is the one under test). Scripts
@@ -11,6 +13,7 @@ start fails them under ``CI=true`` and skips them elsewhere, as in the other tes
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -59,6 +62,40 @@ def lines_matching(output: str, pattern: str) -> list[str]:
     return [line for line in output.splitlines() if re.search(pattern, line)]
 
 
+def scripts_with_main() -> set[str]:
+    """The scripts of ``bench/`` that define a ``main`` at their top level."""
+    return {path.name for path in BENCH.glob("*.py")
+            if any(isinstance(node, ast.FunctionDef) and node.name == "main"
+                   for node in ast.parse(path.read_text()).body)}
+
+
+def scripts_run_here() -> set[str]:
+    """The scripts this module's tests run: the first argument of every ``run_bench``
+    call in its tests, read from its source."""
+    tree = ast.parse(Path(__file__).read_text())
+    runs: set[str] = set()
+    for test in tree.body:
+        if not (isinstance(test, ast.FunctionDef) and test.name.startswith("test_")):
+            continue
+        for node in ast.walk(test):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == "run_bench"):
+                first = node.args[0]
+                assert isinstance(first, ast.Constant) and isinstance(first.value, str), (
+                    f"{test.name}: run_bench's script must be a literal")
+                runs.add(first.value)
+    return runs
+
+
+def test_every_bench_script_has_a_smoke_run() -> None:
+    wanted = scripts_with_main()
+    assert len(wanted) >= 12, sorted(wanted)  # the folder was read (12 scripts today)
+    run_here = scripts_run_here()
+    assert run_here == wanted, (f"bench scripts without a smoke run: "
+                                f"{sorted(wanted - run_here)}; runs of no script: "
+                                f"{sorted(run_here - wanted)}")
+
+
 # --------------------------------------------------------------------------- no fleet
 
 
@@ -85,7 +122,15 @@ def test_bench_kvplan() -> None:
     assert lines_matching(out, r"^worst cold: ±[\d.]+%; tolerance ±5%$")
     assert lines_matching(out, r"^worst calibrated: ±[\d.]+%")
     assert lines_matching(out, r"^GB10 MTP on vs off, cold: [+−-]")
-    assert len(lines_matching(out, r"^\| vllm-cpu-real/")) >= 1
+    cpu_rows = lines_matching(out, r"^\| vllm-cpu-real/")
+    assert len(cpu_rows) >= 1
+    [counts] = lines_matching(out, r"^compared: \d+ cold, \d+ calibrated, \d+ CPU pools$")
+    assert f"{len(cpu_rows)} CPU pools" in counts
+    summary = json.loads(run_bench("bench_kvplan.py", "--json", timeout=60))
+    # The floor: a report of nothing compared would be within any tolerance.
+    assert min(summary["compared"].values()) >= 1, summary
+    assert summary["problems"] == [], summary
+    assert all(err <= summary["tolerance"] for err in summary["worst"].values()), summary
 
 
 def test_bench_watch(need_program: Callable[[str], str]) -> None:
@@ -220,3 +265,38 @@ def test_bench_weights(sim_fleet: FleetHandle) -> None:
                                r"the hub; hub downloads of the file: 2,")
     assert lines_matching(out, r"weights: copying 4194304 bytes from sim-5090 over the fast "
                                r"link")
+
+
+@pytest.mark.fleet
+@pytest.mark.pulumi
+@pytest.mark.slow
+def test_bench_gateway_switch(sim_fleet: FleetHandle) -> None:
+    """The sim-gateway stack on this session's fleet as it runs (its stand-in engines boot
+    in seconds), the shortest baseline, no failing release: a load through the gateway
+    while ``pulumi up`` switches both Sparks to MTP, then the switch back with the drain
+    left out. Every leg saw requests; the drained one failed none and sent none to a
+    drained engine; the script exits 0 only then (``run_bench`` checks the exit)."""
+    ensure = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "ensure-pulumi")],
+                            capture_output=True, text=True, timeout=45 * 60, check=False)
+    found = ensure.stdout.strip().splitlines()
+    if ensure.returncode != 0 or not found or not (Path(found[-1]) / "pulumi").is_file():
+        unavailable("scripts/ensure-pulumi could not provide the Pulumi CLI:\n"
+                    + "\n".join(ensure.stderr.strip().splitlines()[-15:]))
+    clear_faults(sim_fleet)
+    out = run_bench("bench_gateway_switch.py", "--workers", "1", "--baseline-seconds", "3",
+                    "--no-failed-gate", "--no-sim-up", timeout=900)
+    assert lines_matching(out, r"^first pulumi up \(gateway and both engines, gated\): \d+ s$")
+    legs = {}
+    for name in ("baseline", "drained: both to MTP (pulumi up)", "retries only: both off MTP"):
+        [line] = lines_matching(out, rf"^  {re.escape(name)}\s+\d+ requests, failed \d+")
+        found_leg = re.search(r"(\d+) requests, failed (\d+)", line)
+        assert found_leg is not None
+        legs[name] = (int(found_leg[1]), int(found_leg[2]))
+    # The floor: a leg without requests would pass for one without failures.
+    assert all(requests >= 1 for requests, _ in legs.values()), legs
+    assert legs["baseline"][1] == legs["drained: both to MTP (pulumi up)"][1] == 0, legs
+    windows = [re.search(r"answered in it, (\d+) by (\S+) \(aim: 0\)$", line) for line in
+               lines_matching(out, r"^      sim-spark-\d\.\S+ drained [\d.]+ s: ")]
+    assert {w[2].split(".")[0] for w in windows if w} == {"sim-spark-1", "sim-spark-2"}, out
+    assert all(w and w[1] == "0" for w in windows), out
+    assert lines_matching(out, r"^  failed: drained switch 0 of \d+, retries only \d+ of \d+$")

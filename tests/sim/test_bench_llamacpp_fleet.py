@@ -22,7 +22,7 @@ from servefleet.adapters.ssh import SshTransport
 from servefleet.core.bench.beside import BENCH_SERVICE_FILE
 from servefleet.core.project import Project
 from servefleet.sim.testbed import FleetHandle
-from tests.fleet_helpers import BENCH_SECRETS, deployed_bench_bed
+from tests.fleet_helpers import BENCH_SECRETS, deployed_bench_bed, http_get
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -44,6 +44,43 @@ def on_node(project: Project, script: str) -> str:
     node = project.nodes[NODE]
     with SshTransport(node) as transport:
         return transport.run(["sh", "-c", script, "sh", node.base_dir, DEP]).text()
+
+
+def predicted_tokens(project: Project) -> float | None:
+    """llama-server's own count of the tokens it generated (``/metrics``), or ``None``
+    while it does not answer."""
+    status, body = http_get(project.nodes[NODE], PORT, "/metrics", timeout=5)
+    if status != 200:
+        return None
+    for line in body.decode().splitlines():
+        if line.startswith("llamacpp:tokens_predicted_total "):
+            return float(line.split()[1])
+    return None
+
+
+def wait_until_loading(project: Project, child: subprocess.Popen[str],
+                       timeout: float = 240) -> None:
+    """Until the load container runs and the engine generates tokens for it: its running
+    container seen on the node, then llama-server's generated-token count rising between
+    two reads. Fails, saying which part never came, after ``timeout`` seconds (or when the
+    bench ended first)."""
+    deadline = time.monotonic() + timeout
+    container = "servefleet-bench-" + DEP
+    running = False
+    first = None
+    while time.monotonic() < deadline:
+        assert child.poll() is None, f"the bench ended (exit {child.returncode}) before loading"
+        if not running:
+            running = container in on_node(project, 'docker ps --format "{{.Names}}"').split()
+        if running:
+            now = predicted_tokens(project)
+            if first is not None and now is not None and now > first:
+                return
+            first = now if first is None else first
+        time.sleep(0.5)
+    missing = ("the load container ran, but the engine generated no token for it"
+               if running else f"no running container {container} on {NODE}")
+    pytest.fail(f"within {timeout:g} s: {missing}")
 
 
 def test_llamacpp_is_loaded_by_vllm_bench_serve_from_a_vllm_image_beside_it(
@@ -104,7 +141,8 @@ def test_sigterm_stops_the_load_container_and_keeps_the_finished_runs(
          "warmups": 0, "seeds": [42]},
         {"name": "L", "input_len": 64, "output_len": 256, "concurrency": 1, "prompts": 400,
          "warmups": 0, "seeds": [42]}]}))
-    before = len(on_node(project, 'cat "$1/$2/bench.jsonl"').splitlines())
+    # Run alone, no bench has run on the node yet: no records file.
+    before = len(on_node(project, 'cat "$1/$2/bench.jsonl" 2>/dev/null || true').splitlines())
     cli = [sys.executable, "-c", "from servefleet.cli.main import main; main()"]
     child = subprocess.Popen(
         [*cli, "--project", str(project.root), "--stack", "bl", "bench", f"{NODE}/{DEP}",
@@ -117,8 +155,7 @@ def test_sigterm_stops_the_load_container_and_keeps_the_finished_runs(
         seen.append(line)
         if " L (" in line and "running" in line:
             break
-    time.sleep(8)  # the load container is up and loading
-    assert "servefleet-bench-" + DEP in on_node(project, 'docker ps --format "{{.Names}}"')
+    wait_until_loading(project, child)
     child.send_signal(signal.SIGTERM)
     rest, _ = child.communicate(timeout=120)
     output = "".join(seen) + rest
