@@ -186,9 +186,11 @@ def _ab(project: Project, node: str, deployment: str, profile_b: str,
     show_findings(console(), project)
 
     def deploy_line(event: ProgressEvent) -> None:
-        if event.phase in ("upload", "stop", "up", "health", "switch", "restore", "done"):
+        if event.phase in ("upload", "stop", "up", "health", "switch", "restore", "done",
+                           "failed"):
             say(f"  [{event.elapsed:6.1f}s] {event.node} {event.phase}"
-                + (f": {event.message}" if event.message and event.phase == "done" else ""))
+                + (f": {event.message}" if event.message and event.phase in ("done", "failed")
+                   else ""))
 
     outcome = run_ab(project, node, deployment, profile_b, scenarios, run_id=token_hex(6),
                      secrets=secrets, say=say, bench_progress=progress,
