@@ -133,13 +133,13 @@ def measure(stack: Stack, args: argparse.Namespace) -> int:
     assert gateway.node is not None
     url = f"http://{project.nodes[gateway.node].address}:{gateway.port}/v1/chat/completions"
     watcher = RotationWatch(project)
+    watcher.start()
+    t0 = time.monotonic()  # before the first request: every request lies in a leg
     load = GatewayLoad(url, {"model": "qwen36", "max_tokens": 4, "temperature": 0,
                              "messages": [{"role": "user", "content": "hello"}]},
                        workers=args.workers).start()
-    watcher.start()
     legs: list[tuple[str, float, float]] = []
     problems: list[str] = []
-    t0 = time.monotonic()
     time.sleep(args.baseline_seconds)
     legs.append(("baseline", t0, time.monotonic()))
     t1 = time.monotonic()
@@ -166,10 +166,10 @@ def measure(stack: Stack, args: argparse.Namespace) -> int:
             print(f"failed gate, as intended: {last[-1][:200] if last else ''}", flush=True)
         legs.append(("failed gate + restore (pulumi up)", t3, time.monotonic()))
     time.sleep(3)
-    end = time.monotonic()
+    load.stop()
+    end = time.monotonic()  # after the last request: every request lies in a leg
     name, a, _ = legs[-1]
     legs[-1] = (name, a, end)  # the last 3 s belong to the last leg
-    load.stop()
     events = watcher.stop()
     problems += report(load, events, legs, args.workers)
     for problem in problems:
