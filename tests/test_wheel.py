@@ -27,7 +27,7 @@ import pytest
 from tests.reference_project import REPO_ROOT
 
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "servefleet", "templates", "healthchecks",
-           "profiles")
+           "profiles", "scenarios")
 
 
 def _run(argv: list[str], cwd: Path, timeout: int = 300,
