@@ -57,6 +57,17 @@ def run_bench(script: str, *args: str, timeout: float,
     return done.stdout
 
 
+def need_pulumi_cli() -> None:
+    """The Pulumi CLI from scripts/ensure-pulumi (built the first time), or
+    :func:`unavailable` with the tail of its error."""
+    ensure = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "ensure-pulumi")],
+                            capture_output=True, text=True, timeout=45 * 60, check=False)
+    found = ensure.stdout.strip().splitlines()
+    if ensure.returncode != 0 or not found or not (Path(found[-1]) / "pulumi").is_file():
+        unavailable("scripts/ensure-pulumi could not provide the Pulumi CLI:\n"
+                    + "\n".join(ensure.stderr.strip().splitlines()[-15:]))
+
+
 def lines_matching(output: str, pattern: str) -> list[str]:
     """The output's lines that match ``pattern`` (a regex searched in each line)."""
     return [line for line in output.splitlines() if re.search(pattern, line)]
@@ -235,12 +246,7 @@ def test_fault_suite(sim_fleet: FleetHandle) -> None:
 @pytest.mark.slow
 def test_bench_pulumi(sim_fleet: FleetHandle) -> None:
     """The sim stack on this session's fleet as it runs, against an empty program."""
-    ensure = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "ensure-pulumi")],
-                            capture_output=True, text=True, timeout=45 * 60, check=False)
-    found = ensure.stdout.strip().splitlines()
-    if ensure.returncode != 0 or not found or not (Path(found[-1]) / "pulumi").is_file():
-        unavailable("scripts/ensure-pulumi could not provide the Pulumi CLI:\n"
-                              + "\n".join(ensure.stderr.strip().splitlines()[-15:]))
+    need_pulumi_cli()
     clear_faults(sim_fleet)
     out = run_bench("bench_pulumi.py", "--runs", "1", "--no-sim-up", timeout=600)
     assert lines_matching(out, r"^first pulumi up of the sim stack \(3 nodes deployed\): "
@@ -276,12 +282,7 @@ def test_bench_gateway_switch(sim_fleet: FleetHandle) -> None:
     while ``pulumi up`` switches both Sparks to MTP, then the switch back with the drain
     left out. Every leg saw requests; the drained one failed none and sent none to a
     drained engine; the script exits 0 only then (``run_bench`` checks the exit)."""
-    ensure = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "ensure-pulumi")],
-                            capture_output=True, text=True, timeout=45 * 60, check=False)
-    found = ensure.stdout.strip().splitlines()
-    if ensure.returncode != 0 or not found or not (Path(found[-1]) / "pulumi").is_file():
-        unavailable("scripts/ensure-pulumi could not provide the Pulumi CLI:\n"
-                    + "\n".join(ensure.stderr.strip().splitlines()[-15:]))
+    need_pulumi_cli()
     clear_faults(sim_fleet)
     out = run_bench("bench_gateway_switch.py", "--workers", "1", "--baseline-seconds", "3",
                     "--no-failed-gate", "--no-sim-up", timeout=900)
