@@ -9,6 +9,7 @@ from __future__ import annotations
 
 ALL: dict[str, str] = {
     "init": "servefleet.cli.init:init_command",
+    "node": "servefleet.cli.node:node_group",
     "validate": "servefleet.cli.validate:validate_command",
     "show": "servefleet.cli.render:show_command",
     "diff-profiles": "servefleet.cli.render:diff_profiles_command",
@@ -38,7 +39,7 @@ ALL: dict[str, str] = {
 """Command name → ``"module:attribute"`` of its click command, in help order."""
 
 SECTIONS: dict[str, tuple[str, ...]] = {
-    "Set up": ("init", "validate", "keyscan", "probe", "doctor", "import", "schema"),
+    "Set up": ("init", "node", "validate", "keyscan", "probe", "doctor", "import", "schema"),
     "Deploy": ("show", "diff-profiles", "render", "plan", "deploy", "rollback", "unlock",
                "releases"),
     "Observe": ("health", "logs", "history", "drift", "nightly", "watch", "models"),

@@ -20,6 +20,7 @@ NO_PROJECT = "<no project>"
 
 ERROR_CASES: dict[str, tuple[str, ...]] = {
     "init": ("init", "{tmp}/new", "--stack", "bad/name"),
+    "node": ("node", "add", "rtx5090", "127.0.0.1", "--yes"),
     "validate": ("validate", "--stack", "nope"),
     "show": ("show", "nope"),
     "diff-profiles": ("diff-profiles", "nope", "qwen36-fp8"),
