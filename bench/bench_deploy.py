@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO))
 from servefleet.adapters import compose_commands, remote  # noqa: E402
 from servefleet.adapters.releases import checksum_lines, release_files, tar_bytes  # noqa: E402
 from servefleet.adapters.rollout import deploy  # noqa: E402
-from servefleet.adapters.ssh import SshTransport  # noqa: E402
+from servefleet.adapters.runtime.ssh.transport import SshTransport  # noqa: E402
 from servefleet.core.models import Deployment, Node, StackConfig  # noqa: E402
 from servefleet.core.project import Project, load_nodes, load_profiles, load_project  # noqa: E402
 from servefleet.core.render import manifest_for, render_release  # noqa: E402

@@ -55,7 +55,7 @@ import paramiko
 
 from servefleet.adapters.drift_collect import CollectOptions, DeploymentQuery, collect_fleet
 from servefleet.adapters.remote import compose_project
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.models import Node
 from servefleet.core.project import load_nodes
 from servefleet.core.render.release import hashed_env_text

@@ -52,7 +52,7 @@ from bench_pulumi import UP, Stack, pulumi_bin  # noqa: E402
 from servefleet.adapters.gateway.follow import GatewayEvent  # noqa: E402
 from servefleet.adapters.gateway.runtime_api import api_through  # noqa: E402
 from servefleet.adapters.rollout import deploy  # noqa: E402
-from servefleet.adapters.ssh import SshTransport  # noqa: E402
+from servefleet.adapters.runtime.ssh.transport import SshTransport  # noqa: E402
 from servefleet.core.project import Project, load_project  # noqa: E402
 from servefleet.sim import fleet  # noqa: E402
 from servefleet.sim.gateway_load import (  # noqa: E402

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests" / "adapters"))
 
 from loopback_sshd import loopback_sshd  # noqa: E402
 
-from servefleet.adapters.ssh import SshTransport  # noqa: E402
+from servefleet.adapters.runtime.ssh.transport import SshTransport  # noqa: E402
 from servefleet.adapters.watch.read import (  # noqa: E402
     WatchedDeployment,
     read_command,

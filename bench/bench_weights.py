@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from servefleet.adapters.rollout import ProgressEvent, deploy  # noqa: E402
-from servefleet.adapters.ssh import SshTransport  # noqa: E402
+from servefleet.adapters.runtime.ssh.transport import SshTransport  # noqa: E402
 from servefleet.cli.progress import event_line  # noqa: E402
 from servefleet.core.models import Deployment, Profile  # noqa: E402
 from servefleet.core.project import Project, load_project  # noqa: E402

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from servefleet.adapters import compose_commands
 from servefleet.adapters.observe import observe_node
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport
 from servefleet.core.bootlog import BootFacts, BootLogParser, reader_for
 from servefleet.core.errors import (
     ConnectionLost,
@@ -65,7 +65,7 @@ class BootResult:
     """The container's state when the log ended without an outcome."""
 
 
-def container_state(transport: SshTransport, deployment: str) -> ObservedContainer | None:
+def container_state(transport: Transport, deployment: str) -> ObservedContainer | None:
     """The deployment's newest container (running first), or ``None`` when it has none."""
     observed = observe_node(transport, [deployment]).deployments.get(deployment)
     containers = list(observed.containers) if observed is not None else []
@@ -75,7 +75,7 @@ def container_state(transport: SshTransport, deployment: str) -> ObservedContain
     return max(containers, key=lambda c: c.started_at or "")
 
 
-def follow_boot(transport: SshTransport, deployment: str, since: str, *, engine: str,
+def follow_boot(transport: Transport, deployment: str, since: str, *, engine: str,
                 deadline: float, clock: Callable[[], float] = time.monotonic,
                 sleep: Callable[[float], None] = time.sleep,
                 on_line: Callable[[str], None] | None = None) -> BootResult:
@@ -146,7 +146,7 @@ def follow_boot(transport: SshTransport, deployment: str, since: str, *, engine:
                       resumed=resumed, container=container)
 
 
-def _state_after(transport: SshTransport, deployment: str, deadline: float,
+def _state_after(transport: Transport, deployment: str, deadline: float,
                  clock: Callable[[], float], sleep: Callable[[float], None],
                  ) -> tuple[ObservedContainer | None, bool]:
     """The container's state, reconnecting with backoff until ``deadline`` (the transport

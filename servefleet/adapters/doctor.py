@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from servefleet.adapters.remote import COMPOSE_PROJECT_LABEL, PREFLIGHT_SCRIPT, PROJECT_PREFIX
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import connect
 from servefleet.core.doctor import DOCTOR_END, DOCTOR_HEADER, GpuContainer, RoundTrip
 from servefleet.core.errors import HostKeyMismatch, RemoteError, UnreachableNode
 from servefleet.core.models import Node
@@ -142,7 +142,7 @@ def read_node(node: Node, gpu: GpuContainer, ports: Sequence[int], *,
     the key or drops the connection: that is the reading's ``failure``."""
     argv = doctor(node, gpu, ports, gpu_timeout_seconds)
     try:
-        with SshTransport(node, connect_attempts=connect_attempts) as transport:
+        with connect(node, connect_attempts=connect_attempts) as transport:
             sent = clock()
             done = transport.run(argv, check=False, what="doctor",
                                  timeout=gpu_timeout_seconds + SCRIPT_GRACE_SECONDS)

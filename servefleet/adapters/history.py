@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from servefleet.adapters import remote
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport, connect
 from servefleet.core.baselines import BASELINE_FILE, BaselineBook, parse_book
 from servefleet.core.bench.record import BENCH_FILE, BenchRecord, parse_records
 from servefleet.core.errors import RemoteError
@@ -77,7 +77,7 @@ def parse_history(text: str, node: str, deployment: str) -> NodeHistory:
     return NodeHistory(node, deployment, rows, problem, bench)
 
 
-def read_history(transport: SshTransport, deployment: str,
+def read_history(transport: Transport, deployment: str,
                  audit_lines: int = AUDIT_TAIL_LINES) -> NodeHistory:
     """The deployment's history on the transport's node (one read-only round trip)."""
     node = transport.node
@@ -90,7 +90,7 @@ def read_history(transport: SshTransport, deployment: str,
 
 
 def node_history(node: Node, deployment: str, *, audit_lines: int = AUDIT_TAIL_LINES,
-                 transport_factory: Callable[[Node], SshTransport] = SshTransport
+                 transport_factory: Callable[[Node], Transport] = connect
                  ) -> NodeHistory:
     """Connect to ``node`` (host key checked against the pinned one) and read the
     deployment's history; connection and command errors propagate as

@@ -22,7 +22,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import connect
 from servefleet.core.adopt import RunningEngine, running_engines
 from servefleet.core.adopt.inspect import SECRET_VALUE
 from servefleet.core.errors import RemoteError
@@ -160,7 +160,7 @@ def read_engines(node: Node, *, secret_names: Collection[str] = (),
     Raises :class:`~servefleet.core.errors.UnreachableNode`, ``HostKeyMismatch`` or
     :class:`~servefleet.core.errors.RemoteError` (Docker not usable) in one line each.
     """
-    with SshTransport(node, connect_attempts=connect_attempts) as transport:
+    with connect(node, connect_attempts=connect_attempts) as transport:
         done = transport.run(import_argv(secret_names), idempotent=True,
                              timeout=TIMEOUT_SECONDS, what="docker ps + inspect (import)")
     containers, images = split_listing(node.name, done.text())

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import paramiko
 
-from servefleet.adapters.ssh import fingerprint
+from servefleet.adapters.runtime.ssh.transport import fingerprint
 from servefleet.core.errors import UnreachableNode
 from servefleet.core.models import Node
 

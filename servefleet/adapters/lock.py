@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from servefleet.adapters import remote
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport
 from servefleet.core.errors import LockHeld, RemoteError, ServefleetError
 from servefleet.core.lockinfo import LockInfo, parse_lock
 
@@ -118,7 +118,7 @@ def held_message(node: str, base_dir: str, info: LockInfo | None, raw: str) -> s
 class NodeLock:
     """Hold a node's lock for the duration of a rollout."""
 
-    def __init__(self, transport: SshTransport, operation: str, now: datetime, *,
+    def __init__(self, transport: Transport, operation: str, now: datetime, *,
                  unlock_id: str | None = None) -> None:
         self.transport = transport
         self.lock_id = new_lock_id()
@@ -202,7 +202,7 @@ class NodeLock:
         self.release()
 
 
-def force_unlock(transport: SshTransport, lock_id: str) -> str:
+def force_unlock(transport: Transport, lock_id: str) -> str:
     """Remove the node's lock if its id is ``lock_id``; returns ``removed`` or ``not
     locked``. Raises :class:`LockHeld` when the lock has another id (a live rollout)."""
     node = transport.node

@@ -31,7 +31,6 @@ from servefleet.adapters.multinode_result import MultiNodePlan, MultiNodeResult,
 from servefleet.adapters.rollout import (
     Abort,
     Clock,
-    ComposeSshRuntime,
     DeploymentResult,
     Failure,
     GaveUp,
@@ -46,7 +45,7 @@ from servefleet.adapters.rollout import (
     check_rules,
     restore_candidate,
 )
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import connect, runtime_for
 from servefleet.core.errors import ConfigError, LockHeld, ServefleetError
 from servefleet.core.models import MultiNodeDeployment
 from servefleet.core.plan import PlanItem, plan
@@ -380,7 +379,7 @@ def select_multinode(project: Project, nodes: Sequence[str] | None
 
 
 def _factory(transport_factory: TransportFactory | None) -> TransportFactory:
-    return transport_factory or (lambda node, m: SshTransport(node, mask=m))
+    return transport_factory or (lambda node, m: connect(node, mask=m))
 
 
 def plan_multinode(project: Project, deployments: Sequence[MultiNodeDeployment],
@@ -405,7 +404,7 @@ def plan_multinode(project: Project, deployments: Sequence[MultiNodeDeployment],
             try:
                 with factory(project.nodes[rendered.node], mask) as transport:
                     items += NodeRollout(project, project.nodes[rendered.node],
-                                         ComposeSshRuntime(transport)).plan([rendered])[1]
+                                         runtime_for(transport)).plan([rendered])[1]
             except ServefleetError as error:
                 errors.append(_node_error(rendered.node, error, started, clock))
         if len(items) == len(release.ranks):
@@ -443,7 +442,7 @@ def deploy_multinode(project: Project, name: str, secrets: Mapping[str, str] | N
                 return MultiNodeResult(matches[0].key, release.release_id, failure=Failure(
                     "connect", message, type(error).__name__))
             rollouts[node_name] = NodeRollout(project, project.nodes[node_name],
-                                              ComposeSshRuntime(transport),
+                                              runtime_for(transport),
                                               secrets=secrets, abort=abort,
                                               progress=progress, unlock_id=unlock_id)
         with abort.handling_signals():

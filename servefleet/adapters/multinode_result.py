@@ -10,9 +10,9 @@ from servefleet.adapters.rollout import (
     Failure,
     NodeRollout,
     Restore,
-    RuntimeLock,
     Target,
 )
+from servefleet.adapters.runtime import RuntimeLock
 from servefleet.core.models import MultiNodeDeployment
 from servefleet.core.observed import ObservedDeployment
 from servefleet.core.plan import PlanItem

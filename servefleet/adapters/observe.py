@@ -18,7 +18,7 @@ from servefleet.adapters.drift_collect import (
     collector_command,
     collector_input,
 )
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport
 from servefleet.core.errors import RemoteError
 from servefleet.core.models import Node
 from servefleet.core.observed import ObservedNode, observed_node, parse_answer
@@ -56,7 +56,7 @@ def parse_observed(node: str, text: str, deployments: Sequence[str], *,
         raise RemoteError(node, f"observe: {error}") from None
 
 
-def observe_node(transport: SshTransport, deployments: Sequence[str], *, key: str = "",
+def observe_node(transport: Transport, deployments: Sequence[str], *, key: str = "",
                  candidates: Mapping[str, str] | None = None) -> ObservedNode:
     """Read the node over ``transport`` (read-only: retried once after a dropped
     connection)."""

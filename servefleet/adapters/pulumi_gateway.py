@@ -16,7 +16,7 @@ from servefleet.adapters.gateway.rollout import GatewayResult, current_release, 
 from servefleet.adapters.gateway.runtime_api import api_through
 from servefleet.adapters.pulumi_common import ServefleetProvider
 from servefleet.adapters.pulumi_provider import RESOURCE_MODULE
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import connect
 from servefleet.core.errors import ConfigError, ServefleetError
 from servefleet.core.gateway.render import render_gateway
 from servefleet.core.gateway.routes import GATEWAY_DEPLOYMENT
@@ -106,7 +106,7 @@ class GatewayProvider(ServefleetProvider):
     def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
         """The release the node runs now, and each engine's state (``pulumi refresh``)."""
         project = load_project(Path(str(props["projectDir"])), str(props["stack"]))
-        with SshTransport(project.nodes[str(props["node"])]) as transport:
+        with connect(project.nodes[str(props["node"])]) as transport:
             running = current_release(transport)
             try:
                 servers = api_through(transport, project.stack.gateway.admin_port).servers()
@@ -122,7 +122,7 @@ class GatewayProvider(ServefleetProvider):
         from servefleet.adapters.gateway.rollout import stop_gateway
 
         project = load_project(Path(str(_props["projectDir"])), str(_props["stack"]))
-        with SshTransport(project.nodes[str(_props["node"])]) as transport:
+        with connect(project.nodes[str(_props["node"])]) as transport:
             stop_gateway(transport)
 
 

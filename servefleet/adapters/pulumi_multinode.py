@@ -92,7 +92,7 @@ from servefleet.core.secrets import SecretMask
 
 if TYPE_CHECKING:
     from servefleet.adapters.multinode import MultiNodeResult
-    from servefleet.adapters.ssh import SshTransport
+    from servefleet.adapters.runtime import Transport
     from servefleet.core.observed import ObservedDeployment
     from servefleet.core.render.ranks import MultiNodeRelease
 
@@ -105,7 +105,7 @@ OUTPUT_KEYS = ("releaseIds", "health", "kvCacheTokens", "cudagraphMode", "maxCon
                "observed")
 """Outputs filled from the observation; declared so the program can read them."""
 
-Factory = Callable[[Node, SecretMask], "SshTransport"]
+Factory = Callable[[Node, SecretMask], "Transport"]
 """Opens a transport to a node (``rollout.TransportFactory``; tests pass fakes)."""
 
 
@@ -238,7 +238,7 @@ def _rank_health(seen: ObservedDeployment | None) -> str:
     return HEALTHY
 
 
-def _head_gate(transport: SshTransport, name: str, release: str | None) -> dict[str, Any]:
+def _head_gate(transport: Transport, name: str, release: str | None) -> dict[str, Any]:
     """The head's last passed gate of ``release`` (its audit log's gate record)."""
     from servefleet.adapters.history import read_history
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from servefleet.adapters import remote
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport
 from servefleet.core.observed import MANIFEST_FILE, ReleaseInfo, parse_releases
 from servefleet.core.render import RenderedRelease
 
@@ -63,7 +63,7 @@ def checksum_lines(files: Mapping[str, tuple[bytes, int]]) -> str:
                      for path, (content, _) in sorted(files.items()))
 
 
-def upload(transport: SshTransport, rendered: RenderedRelease,
+def upload(transport: Transport, rendered: RenderedRelease,
            manifest: Mapping[str, Any], aside: str | None = None) -> bool:
     """Put the release on the node (one command). True when it was sent, False when the
     node already had it. ``aside``: a release folder already on the node is replaced unless
@@ -80,7 +80,7 @@ def upload(transport: SshTransport, rendered: RenderedRelease,
     return "present" not in result.text()
 
 
-def list_releases(transport: SshTransport, deployment: str) -> list[ReleaseInfo]:
+def list_releases(transport: Transport, deployment: str) -> list[ReleaseInfo]:
     """The deployment's releases on the node, newest first."""
     result = transport.run(remote.list_releases(transport.node.base_dir, deployment),
                            idempotent=True, what="list releases")

@@ -1,11 +1,12 @@
 """Remote command builders: every command servefleet runs on a node, as data.
 
 Each function returns an argv list and runs nothing; :mod:`servefleet.adapters.rollout`
-executes them over :class:`~servefleet.adapters.ssh.SshTransport`, which quotes the argv
-with :func:`shlex.join`. Commands that need a shell are small POSIX ``sh`` scripts passed as
-``["sh", "-c", SCRIPT, "sh", arg1, …]``: the script text is constant and every value
-arrives as a positional parameter, so no value is ever spliced into script text (only
-:func:`sequence` joins whole commands, each word quoted by :func:`shlex.join`).
+executes them over the node's :class:`~servefleet.adapters.runtime.base.Transport` (over SSH,
+the argv is quoted with :func:`shlex.join`). Commands that need a shell are small POSIX
+``sh`` scripts passed as ``["sh", "-c", SCRIPT, "sh", arg1, …]``: the script text is
+constant and every value arrives as a positional parameter, so no value is ever spliced into
+script text (only :func:`sequence` joins whole commands, each word quoted by
+:func:`shlex.join`).
 
 Layout on a node (``base`` is the inventory's ``base_dir``)::
 

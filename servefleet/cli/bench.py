@@ -29,7 +29,7 @@ from servefleet.cli.rollout_common import console
 if TYPE_CHECKING:
     from servefleet.adapters.bench.session import BenchProgress, BenchTarget
     from servefleet.adapters.rollout.results import ProgressEvent
-    from servefleet.adapters.ssh import SshTransport
+    from servefleet.adapters.runtime import Transport
     from servefleet.core.bench.compare import Change, Decision
     from servefleet.core.bench.record import BenchRecord
     from servefleet.core.bench.scenario import Scenario
@@ -149,12 +149,12 @@ def _scenarios(project: Project, path: str | None, only: str | None) -> list[Sce
 def _compare(transport_node: str, project: Project, deployment: str,
              releases: tuple[str, str], as_json: bool) -> None:
     from servefleet.adapters.bench import read_records
-    from servefleet.adapters.ssh import SshTransport
+    from servefleet.adapters.runtime import connect
     from servefleet.core.bench.compare import compare
     from servefleet.core.bench.summary import summarise
     from servefleet.core.errors import ConfigError
 
-    with SshTransport(project.nodes[transport_node]) as transport:
+    with connect(project.nodes[transport_node]) as transport:
         records, _ = read_records(transport, deployment)
     sides = []
     for release in releases:
@@ -219,7 +219,7 @@ def _ab(project: Project, node: str, deployment: str, profile_b: str,
         sys.exit(1)
 
 
-def _canaries(transport: SshTransport, project: Project, target: BenchTarget, path: str,
+def _canaries(transport: Transport, project: Project, target: BenchTarget, path: str,
               as_json: bool) -> None:
     """Send a canary file's canaries, print and record the verdicts; exit 1 on a failure."""
     from servefleet.adapters.bench.canaries import run_canaries
@@ -312,7 +312,7 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
         bench_target,
         run_bench,
     )
-    from servefleet.adapters.ssh import SshTransport
+    from servefleet.adapters.runtime import connect
     from servefleet.core.bench.summary import summarise
     from servefleet.core.errors import ConfigError
     from servefleet.core.project import load_project
@@ -347,7 +347,7 @@ def bench_command(obj: CliContext, target: str, deployment: str | None,
             _ab(project, node, deployment, profile_b, scenarios, progress, say, keep_better,
                 as_json)
         return
-    with _stops_as_interrupt(), SshTransport(project.nodes[node]) as transport:
+    with _stops_as_interrupt(), connect(project.nodes[node]) as transport:
         try:
             target_info = bench_target(transport, deployment, project,
                                        loads=canaries_path is None)

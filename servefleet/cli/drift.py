@@ -125,7 +125,7 @@ def _with_multinode(project: Project, nodes: tuple[str, ...], check_fleet: Any,
 def _gateway_items(project: Project, nodes: tuple[str, ...]) -> list[Any]:
     """The gateway's drift items, when the stack has one on a node being checked."""
     from servefleet.adapters.gateway.drift import gateway_drift
-    from servefleet.adapters.ssh import SshTransport
+    from servefleet.adapters.runtime import connect
     from servefleet.core.drift.items import DriftItem, DriftKind
     from servefleet.core.errors import ServefleetError
     from servefleet.core.gateway.render import render_gateway
@@ -135,7 +135,7 @@ def _gateway_items(project: Project, nodes: tuple[str, ...]) -> list[Any]:
         return []
     rendered = render_gateway(project)
     try:
-        with SshTransport(project.nodes[where]) as transport:
+        with connect(project.nodes[where]) as transport:
             return gateway_drift(rendered, transport)
     except ServefleetError as error:
         return [DriftItem(node=where, deployment="gateway", kind=DriftKind.UNREACHABLE,

@@ -53,7 +53,7 @@ def gateway_view(project: Project) -> dict[str, Any]:
     route's engines with their state (``None`` where the gateway could not be read)."""
     from servefleet.adapters.gateway.rollout import current_release
     from servefleet.adapters.gateway.runtime_api import api_through
-    from servefleet.adapters.ssh import SshTransport
+    from servefleet.adapters.runtime import connect
     from servefleet.core.errors import ServefleetError
     from servefleet.core.gateway.render import render_gateway
 
@@ -63,7 +63,7 @@ def gateway_view(project: Project) -> dict[str, Any]:
     states: dict[tuple[str, str], ServerState] | None = None
     problem = ""
     try:
-        with SshTransport(project.nodes[rendered.node]) as transport:
+        with connect(project.nodes[rendered.node]) as transport:
             running = current_release(transport)
             states = {(s.backend, s.server): s
                       for s in api_through(transport, config.admin_port).servers()}

@@ -31,7 +31,7 @@ def models_command(obj: CliContext, node: str, prune: bool, as_json: bool) -> No
     hand is never listed nor touched."""
     from rich.table import Table
 
-    from servefleet.adapters.ssh import SshTransport
+    from servefleet.adapters.runtime import connect
     from servefleet.adapters.weights import size_text
     from servefleet.adapters.weights.models import staged_models
     from servefleet.core.errors import ConfigError
@@ -41,7 +41,7 @@ def models_command(obj: CliContext, node: str, prune: bool, as_json: bool) -> No
     if node not in project.nodes:
         raise ConfigError(f"unknown node {node!r}; the inventory has: "
                           f"{', '.join(sorted(project.nodes))}")
-    with SshTransport(project.nodes[node]) as transport:
+    with connect(project.nodes[node]) as transport:
         report = staged_models(transport, prune=prune)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))

@@ -41,11 +41,11 @@ def probe_command(obj: CliContext, node: str, as_json: bool) -> None:
     from rich.table import Table
 
     from servefleet.adapters.gpu_probe import run_probe
-    from servefleet.adapters.ssh import SshTransport
+    from servefleet.adapters.runtime import connect
     from servefleet.core.gpu import compare_with_inventory, foreign_processes
 
     target, _ = _node(obj, node)
-    with SshTransport(target) as transport:
+    with connect(target) as transport:
         def run_remote(argv: Sequence[str], stdin: bytes) -> tuple[int, bytes, bytes]:
             done = transport.run(argv, stdin=stdin, check=False, timeout=60,
                                  what="GPU probe")

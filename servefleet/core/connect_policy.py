@@ -7,8 +7,9 @@ makes one short attempt per node instead, so that a node that is down costs a fe
 seconds, not a retry ladder, and is reported in one line.
 
 The CLI picks the policy for the command it runs (:data:`READ_ONLY_COMMANDS`) and puts
-the default back when the command ends; :class:`servefleet.adapters.ssh.SshTransport`
-reads :func:`current`. Pure data: nothing here touches the network.
+the default back when the command ends; the node's transport (SSH today,
+:mod:`servefleet.adapters.runtime.ssh`) reads :func:`current`. Pure data: nothing here
+touches the network.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -28,12 +28,12 @@ from servefleet.adapters.health_gate import HealthReport, check_kv_pool, check_o
 from servefleet.adapters.observe import observe_command, parse_observed
 from servefleet.adapters.rollout import (
     Abort,
-    ComposeSshRuntime,
     DeploymentResult,
     NodeRollout,
     Target,
 )
-from servefleet.adapters.ssh import CommandResult, SshTransport
+from servefleet.adapters.runtime import CommandResult, NodeRuntime, Transport, runtime_for
+from servefleet.adapters.runtime.ssh.compose import ComposeSshRuntime
 from servefleet.core.errors import CommandTimedOut, ConnectionLost, RemoteError
 from servefleet.core.health_table import CheckRow
 from servefleet.core.models import Deployment, Node
@@ -85,7 +85,7 @@ class Fault:
 
 @dataclass
 class FakeNodeTransport:
-    """:class:`~servefleet.adapters.ssh.SshTransport`'s interface over the local ``sh``."""
+    """:class:`~servefleet.adapters.runtime.base.Transport`'s interface over the local ``sh``."""
 
     node: Node
     root: Path
@@ -157,7 +157,7 @@ class FakeNodeTransport:
         return result
 
     def stream_lines(self, argv: Sequence[str], *, timeout: float | None = None,
-                     should_stop: Any = None) -> Iterator[bytes]:
+                     should_stop: Any = None) -> Generator[bytes, None, None]:
         """``argv``'s output lines (stdout and stderr merged), as the SSH transport streams
         them; the fake Docker's ``logs --follow`` ends with the log written so far."""
         self.labels.append("stream " + " ".join(argv[-3:]))
@@ -185,16 +185,17 @@ class FakeNodeTransport:
         return dict(json.loads(path.read_text())) if path.exists() else {}
 
 
-def fake_runtime(transport: FakeNodeTransport) -> ComposeSshRuntime:
-    """The rollout's real runtime (Compose over a transport) over the fake node."""
-    return ComposeSshRuntime(cast(SshTransport, transport))
+def fake_runtime(transport: FakeNodeTransport) -> NodeRuntime:
+    """The rollout's real runtime (the one the factory picks for the node: Compose) over
+    the fake node."""
+    return runtime_for(cast(Transport, transport))
 
 
 class FakeNodeRollout(NodeRollout):
     """A rollout over a fake node, whose tests reach past the runtime to its transport."""
 
     @property
-    def transport(self) -> SshTransport:
+    def transport(self) -> Transport:
         """The fake node's transport (behind the runtime)."""
         return cast(ComposeSshRuntime, self.runtime).transport
 

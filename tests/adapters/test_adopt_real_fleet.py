@@ -20,7 +20,8 @@ import pytest
 from click.testing import Result
 
 from servefleet.adapters import importer
-from servefleet.adapters.ssh import CommandResult, SshTransport
+from servefleet.adapters.runtime import CommandResult
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.adopt.inspect import SECRET_VALUE
 from servefleet.core.project import Project, load_project
 from servefleet.sim.testbed import FleetHandle
@@ -52,7 +53,8 @@ class Wire:
         self.sent: list[str] = []
         self.received: list[str] = []
 
-    def transport(self) -> type[SshTransport]:
+    def connect(self) -> Callable[..., SshTransport]:
+        """:func:`servefleet.adapters.runtime.connect`, recording what goes over the wire."""
         wire = self
 
         class Recorded(SshTransport):
@@ -63,7 +65,7 @@ class Wire:
                 wire.received.append(done.stdout.decode() + "\n" + done.stderr.decode())
                 return done
 
-        return Recorded
+        return lambda node, **kwargs: Recorded(node, **kwargs)
 
     def everything(self) -> str:
         return "\n".join([*self.sent, *self.received])
@@ -72,7 +74,7 @@ class Wire:
 @pytest.fixture
 def wire(monkeypatch: pytest.MonkeyPatch) -> Wire:
     recorded = Wire()
-    monkeypatch.setattr(importer, "SshTransport", recorded.transport())
+    monkeypatch.setattr(importer, "connect", recorded.connect())
     return recorded
 
 

@@ -18,7 +18,7 @@ import pytest
 from loopback_sshd import LoopbackSshd
 
 from servefleet.adapters.boot_follow import ENGINE_EXITED, follow_boot
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from tests.shared_data import shared_missing
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "boot-logs"

@@ -38,7 +38,8 @@ from servefleet.adapters.drift_collect import (
     read_engine_version,
 )
 from servefleet.adapters.drift_collect import collector_script as script
-from servefleet.adapters.ssh import CommandResult, SshTransport
+from servefleet.adapters.runtime import CommandResult
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.models import Node
 from servefleet.core.observed import ObservedContainer, observed_node
 from servefleet.core.project import load_nodes, load_project

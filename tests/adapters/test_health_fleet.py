@@ -29,7 +29,7 @@ from servefleet.adapters.node_health import HealthOptions, check_fleet, gate_che
 from servefleet.adapters.observe import observe_node
 from servefleet.adapters.releases import upload
 from servefleet.adapters.rollout import NodeResult, deploy
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.baselines import BASELINE_FILE, BaselineBook, parse_book
 from servefleet.core.bootlog import parse_text
 from servefleet.core.errors import ValidationFailed

@@ -18,7 +18,7 @@ from fake_node import FakeGateRollout, FakeNodeTransport, fake_runtime
 from servefleet.adapters.health_gate import HealthReport, headline_facts
 from servefleet.adapters.history import parse_history, read_history, read_history_command
 from servefleet.adapters.rollout import Abort, DeploymentResult, NodeResult, Target, render_for
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.baselines import BASELINE_FILE, BaselineBook, record
 from servefleet.core.bootlog import BootFacts, BootLogParser
 from servefleet.core.errors import RemoteError

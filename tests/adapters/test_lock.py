@@ -13,7 +13,7 @@ from typing import cast
 import pytest
 
 from servefleet.adapters.lock import NodeLock, holder_is_gone, whoami
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.errors import LockHeld
 from servefleet.core.lockinfo import parse_lock
 from servefleet.core.project import load_project

@@ -12,7 +12,7 @@ from test_multinode_rollout import NODES, Pair, pair  # noqa: F401  (the fixture
 from servefleet.adapters import multinode_health
 from servefleet.adapters.multinode_health import check_multinode, worker_log_rows, worker_rows
 from servefleet.adapters.node_health import DeploymentCheck, HealthOptions, NodeRead
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.baselines import BaselineBook
 from servefleet.core.errors import HostKeyMismatch
 from servefleet.core.models import Node

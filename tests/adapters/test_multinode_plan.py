@@ -10,7 +10,7 @@ import pytest
 from test_multinode_rollout import NODES, Pair, pair  # noqa: F401  (the fixture)
 
 from servefleet.adapters.multinode import MultiNodePlan, plan_multinode, select_multinode
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.errors import ConfigError
 from servefleet.core.models import Node
 from servefleet.core.project import Project

@@ -17,7 +17,7 @@ from servefleet.adapters.node_health import (
     NodeRead,
     parse_lines,
 )
-from servefleet.adapters.ssh import CommandResult
+from servefleet.adapters.runtime import CommandResult
 from servefleet.core.baselines import BaselineBook
 from servefleet.core.models import Node
 from servefleet.core.observed import ObservedContainer

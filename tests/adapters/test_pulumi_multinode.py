@@ -37,8 +37,9 @@ from servefleet.adapters.pulumi_multinode import (
     describe_changes,
     multinode_args,
 )
-from servefleet.adapters.rollout import ComposeSshRuntime, DeploymentResult, Target
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.rollout import DeploymentResult, Target
+from servefleet.adapters.runtime.ssh.compose import ComposeSshRuntime
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.errors import HealthGateFailed, ServefleetError
 from servefleet.core.models import Node
 from servefleet.core.project import Project, load_project

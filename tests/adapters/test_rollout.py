@@ -37,7 +37,7 @@ from servefleet.adapters.rollout import (
     plan_fleet,
     rollback,
 )
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.errors import ValidationFailed
 from servefleet.core.models import Deployment, Node, Profile
 from servefleet.core.project import Project, load_project

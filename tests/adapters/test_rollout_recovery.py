@@ -41,7 +41,7 @@ from servefleet.adapters.rollout import (
     render_for,
     restore_candidate,
 )
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.errors import ConfigError, LockHeld
 from servefleet.core.models import Deployment
 from servefleet.core.observed import ObservedDeployment

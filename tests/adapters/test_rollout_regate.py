@@ -33,7 +33,7 @@ from servefleet.adapters import compose_commands
 from servefleet.adapters.node_health import HealthOptions, check_deployment
 from servefleet.adapters.probes import HttpAnswer
 from servefleet.adapters.rollout import Abort, NodeResult, render_for
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.health_table import HealthRow
 from servefleet.core.project import Project
 from tests.shared_data import BOOT_LOGS, shared_missing

@@ -9,7 +9,7 @@ import paramiko
 import pytest
 from loopback_sshd import LoopbackSshd, keygen, loopback_sshd
 
-from servefleet.adapters.ssh import SshTransport, timed
+from servefleet.adapters.runtime.ssh.transport import SshTransport, timed
 from servefleet.core.errors import (
     CommandTimedOut,
     ConnectionLost,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from loopback_sshd import LoopbackSshd
 
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.adapters.watch.fleet import NodeLink
 from servefleet.adapters.watch.read import WatchedDeployment, read_command, read_spec
 from servefleet.core.models import Node

@@ -24,8 +24,10 @@ from fake_node import FakeNodeTransport, Fault, FaultKind
 from loopback_sshd import LoopbackSshd
 
 from servefleet.adapters.health_gate import GateSpec
-from servefleet.adapters.rollout import ComposeSshRuntime, Target
-from servefleet.adapters.ssh import CommandResult, SshTransport
+from servefleet.adapters.rollout import Target
+from servefleet.adapters.runtime import CommandResult
+from servefleet.adapters.runtime.ssh.compose import ComposeSshRuntime
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.adapters.weights.peers import Holder, PeerCopy
 from servefleet.core.errors import CommandTimedOut, ConnectionLost, RemoteError
 from servefleet.core.models import Node, Profile

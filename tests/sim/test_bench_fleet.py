@@ -24,7 +24,7 @@ from click.testing import CliRunner, Result
 
 from servefleet.adapters.lock import NodeLock
 from servefleet.adapters.rollout import deploy
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.cli.main import build_cli
 from servefleet.core.bench.record import BENCH_FILE, BenchRecord, parse_records
 from servefleet.core.models import Deployment

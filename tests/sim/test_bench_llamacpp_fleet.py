@@ -18,7 +18,7 @@ import pytest
 import yaml
 from click.testing import Result
 
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.bench.beside import BENCH_SERVICE_FILE
 from servefleet.core.project import Project
 from servefleet.sim.testbed import FleetHandle

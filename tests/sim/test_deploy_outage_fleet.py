@@ -16,8 +16,8 @@ import yaml
 from click.testing import Result
 
 from servefleet.adapters.gateway.runtime_api import api_through
-from servefleet.adapters.rollout.compose_ssh import ComposeSshRuntime
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.compose import ComposeSshRuntime
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.project import Project, load_project
 from servefleet.sim.testbed import FleetHandle
 

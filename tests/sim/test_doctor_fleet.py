@@ -25,7 +25,7 @@ import pytest
 import yaml
 from click.testing import Result
 
-from servefleet.adapters.ssh import fingerprint
+from servefleet.adapters.runtime.ssh.transport import fingerprint
 from servefleet.sim import node_faults
 from servefleet.sim.inventory import inventory_dir
 from servefleet.sim.programs import find_program

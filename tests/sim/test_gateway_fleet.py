@@ -28,7 +28,7 @@ import pytest
 from servefleet.adapters.gateway.follow import GatewayEvent, following_gateway
 from servefleet.adapters.gateway.rollout import deploy_gateway
 from servefleet.adapters.rollout import NodeResult, deploy
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.gateway.render import render_gateway
 from servefleet.core.models import Deployment, Profile
 from servefleet.core.models.gateway import GatewayConfig, GatewayRoute

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from servefleet.adapters.drift_collect.check import check_fleet as check_drift
 from servefleet.adapters.rollout import Abort, NodeResult, ProgressEvent, deploy, plan_fleet
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.adapters.weights.models import staged_models
 from servefleet.cli.main import build_cli
 from servefleet.core.drift.items import DriftKind

@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any
 
 from servefleet.adapters import compose_commands, remote
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport
 from servefleet.core.bench.beside import BENCH_SERVICE, BENCH_SERVICE_FILE, bench_service_file
 from servefleet.core.bench.record import BENCH_FILE, BenchRecord, parse_records
 from servefleet.core.bench.scenario import Scenario
@@ -166,7 +166,7 @@ def follow(lines: Iterable[str], node: str, alive: Callable[[float], None]) -> L
     raise RemoteError(node, "bench: the command ended without a result (cut short)")
 
 
-def run_load(transport: SshTransport, command: Sequence[str], *,
+def run_load(transport: Transport, command: Sequence[str], *,
              alive: Callable[[float], None], timeout: float) -> LoadResult:
     """Run one scenario with one seed: ``command`` is :func:`run_command`'s or
     :func:`run_beside_command`'s."""
@@ -175,13 +175,13 @@ def run_load(transport: SshTransport, command: Sequence[str], *,
     return follow(lines, transport.node.name, alive)
 
 
-def append_record(transport: SshTransport, record: BenchRecord) -> None:
+def append_record(transport: Transport, record: BenchRecord) -> None:
     """Keep ``record`` on its node."""
     transport.run(append_command(transport.node.base_dir, record.deployment, record),
                   timeout=RECORD_TIMEOUT_SECONDS, what="record the bench result")
 
 
-def read_records(transport: SshTransport, deployment: str) -> tuple[list[BenchRecord], int]:
+def read_records(transport: Transport, deployment: str) -> tuple[list[BenchRecord], int]:
     """The deployment's records on the node, oldest first, and the unreadable lines."""
     result = transport.run(read_command(transport.node.base_dir, deployment),
                            idempotent=True, timeout=RECORD_TIMEOUT_SECONDS,

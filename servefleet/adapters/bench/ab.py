@@ -28,7 +28,7 @@ from servefleet.adapters.bench.session import (
 )
 from servefleet.adapters.rollout import deploy_node
 from servefleet.adapters.rollout.results import NodeResult, Progress
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport, connect
 from servefleet.core.bench.compare import Change, Decision, compare, decide
 from servefleet.core.bench.record import BenchRecord, Role
 from servefleet.core.bench.scenario import Scenario
@@ -68,7 +68,7 @@ def run_ab(project: Project, node: str, deployment: str, profile_b: str,
            scenarios: Sequence[Scenario], *, run_id: str, secrets: Mapping[str, str],
            say: Callable[[str], None], bench_progress: BenchProgress,
            deploy_progress: Progress | None = None, keep_better: bool = False,
-           transport_factory: Callable[..., SshTransport] = SshTransport) -> AbOutcome:
+           transport_factory: Callable[..., Transport] = connect) -> AbOutcome:
     """Run the A/B sequence of the module docstring."""
     if profile_b not in project.profiles:
         raise ConfigError(f"no profile {profile_b!r} (known: "

@@ -13,7 +13,7 @@ from servefleet.adapters.bench.session import BenchTarget
 from servefleet.adapters.node_health.options import api_key_for
 from servefleet.adapters.probes.client import EngineClient
 from servefleet.adapters.probes.shared import probe_canaries
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport
 from servefleet.core.bench.record import BenchRecord
 from servefleet.core.health_table import CheckRow
 from servefleet.core.models import Profile
@@ -29,7 +29,7 @@ def served_name(client: EngineClient) -> str:
         raise ValueError(f"GET /v1/models: {answer.shown()}") from None
 
 
-def run_canaries(transport: SshTransport, target: BenchTarget, canaries: Sequence[Canary],
+def run_canaries(transport: Transport, target: BenchTarget, canaries: Sequence[Canary],
                  *, run_id: str, profile: Profile | None,
                  secrets: Mapping[str, str]) -> list[CheckRow]:
     """Send every canary to ``target``; record each verdict on the node. The API key is the

@@ -19,9 +19,8 @@ from servefleet.adapters.bench import (
     run_command,
     run_load,
 )
-from servefleet.adapters.rollout.compose_ssh import ComposeSshRuntime
 from servefleet.adapters.rollout.target import manifest_compose_files
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport, runtime_for
 from servefleet.core.bench.beside import default_bench_image
 from servefleet.core.bench.record import BenchRecord, Role
 from servefleet.core.bench.scenario import Scenario
@@ -84,7 +83,7 @@ class BenchTarget:
                                   self.compose_files, self.load_image, self.hf_cache, job)
 
 
-def bench_target(transport: SshTransport, deployment: str, project: Project, *,
+def bench_target(transport: Transport, deployment: str, project: Project, *,
                  loads: bool = True) -> BenchTarget:
     """What runs as ``deployment`` on the transport's node, read in one command;
     :class:`BenchRefused` unless it is a gated engine no rollout is changing. An engine
@@ -92,7 +91,7 @@ def bench_target(transport: SshTransport, deployment: str, project: Project, *,
     counting tokens with its profile's ``model.tokenizer``; that image is looked for only
     when the caller ``loads`` (canaries send no load)."""
     node = transport.node.name
-    observed = ComposeSshRuntime(transport).observe([deployment])
+    observed = runtime_for(transport).observe([deployment])
     lock = observed.lock
     if lock is not None:
         raise BenchRefused(f"{node}: locked by {lock.owner} ({lock.operation or 'a rollout'}"
@@ -124,7 +123,7 @@ def bench_target(transport: SshTransport, deployment: str, project: Project, *,
         hf_cache=transport.node.hf_cache)
 
 
-def _stop_load_beside(transport: SshTransport, target: BenchTarget) -> None:
+def _stop_load_beside(transport: Transport, target: BenchTarget) -> None:
     """Remove the load container of an interrupted run (Ctrl-C, SIGTERM, a failure): unlike
     ``docker exec``, a container keeps loading the engine when its client goes. Best effort:
     over a dropped link it stays until its run ends, and the next bench removes it first."""
@@ -144,7 +143,7 @@ class BenchProgress:
     finished: Callable[[BenchRecord], None]
 
 
-def run_bench(transport: SshTransport, target: BenchTarget, scenarios: Sequence[Scenario],
+def run_bench(transport: Transport, target: BenchTarget, scenarios: Sequence[Scenario],
               *, run_id: str, role: Role, progress: BenchProgress,
               repeat: int = 0) -> list[BenchRecord]:
     """Every scenario with every seed against ``target``, each record kept on the node

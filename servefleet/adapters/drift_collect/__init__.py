@@ -31,7 +31,7 @@ from servefleet.adapters.gpu_probe import probe_script_source
 from servefleet.adapters.health_gate import http_get
 from servefleet.adapters.node_script import assemble
 from servefleet.adapters.remote import LOCK_DIR
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport, connect
 from servefleet.core.baselines import BASELINE_FILE
 from servefleet.core.bootlog import parse_bytes, reader_for
 from servefleet.core.drift import NodeObservation
@@ -304,7 +304,7 @@ def read_engine_version(address: str, port: int, engine: str, *, http: HttpGet =
 
 def collect_node(node: Node, queries: Sequence[DeploymentQuery],
                  options: CollectOptions | None = None,
-                 transport_factory: Callable[..., SshTransport] = SshTransport,
+                 transport_factory: Callable[..., Transport] = connect,
                  ) -> NodeObservation:
     """Read one node: one SSH connection, one command, then ``/version`` over HTTP.
 
@@ -361,7 +361,7 @@ Target = tuple[Node, Sequence[DeploymentQuery]]
 
 def collect_fleet(targets: Sequence[Target], options: CollectOptions | None = None, *,
                   max_workers: int = 32,
-                  transport_factory: Callable[..., SshTransport] = SshTransport,
+                  transport_factory: Callable[..., Transport] = connect,
                   clock: Callable[[], float] = time.monotonic) -> dict[str, NodeObservation]:
     """Read every node in parallel threads; each gets ``options.timeout`` seconds (plus a
     little for the HTTP probe) before it is reported unreachable. Results keep the order of

@@ -22,7 +22,7 @@ from servefleet.adapters.drift_collect import (
     Target,
     collect_fleet,
 )
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport, connect
 from servefleet.core.baselines import BASELINE_FILE, BaselineBook, book_from_json
 from servefleet.core.drift import (
     DesiredDeployment,
@@ -115,7 +115,7 @@ def _desired(project: Project, planned: _Planned, state: ObservedDeployment | No
 def check_fleet(project: Project, nodes: Sequence[str] | None = None, *,
                 secrets: Mapping[str, str] | None = None,
                 options: CollectOptions | None = None,
-                transport_factory: Callable[..., SshTransport] = SshTransport,
+                transport_factory: Callable[..., Transport] = connect,
                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> DriftReport:
     """Check every deployment of the stack (or of ``nodes``) and report the drift (read
     only: nothing is written to a node).

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from servefleet.adapters.drift_collect import CollectOptions, DeploymentQuery, collect_fleet
 from servefleet.adapters.drift_collect.check import _node_items, _Planned
 from servefleet.adapters.multinode_result import rank_role
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport, connect
 from servefleet.core.drift import DriftItem, DriftKind
 from servefleet.core.errors import RenderError
 from servefleet.core.models import MultiNodeDeployment
@@ -28,7 +28,7 @@ from servefleet.core.render.ranks import render_multinode
 def check_multinode(project: Project, deployments: Sequence[MultiNodeDeployment], *,
                     secrets: Mapping[str, str] | None = None,
                     options: CollectOptions | None = None,
-                    transport_factory: Callable[..., SshTransport] = SshTransport,
+                    transport_factory: Callable[..., Transport] = connect,
                     ) -> dict[str, list[DriftItem]]:
     """Report entry (``name@head+worker``) → its items, each message led by the rank
     (``rank 1 worker: …``). Read only."""

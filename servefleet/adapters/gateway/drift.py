@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from servefleet.adapters import remote
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport
 from servefleet.core.drift.items import DriftItem, DriftKind
 from servefleet.core.gateway.render import RenderedGateway
 from servefleet.core.gateway.routes import GATEWAY_DEPLOYMENT
@@ -20,7 +20,7 @@ SCRIPT = (
 )
 
 
-def gateway_drift(rendered: RenderedGateway, transport: SshTransport) -> list[DriftItem]:
+def gateway_drift(rendered: RenderedGateway, transport: Transport) -> list[DriftItem]:
     """What differs between the rendered gateway and its node (nothing: an empty list)."""
     names = sorted(rendered.files)
     text = transport.run(["sh", "-c", SCRIPT, "sh",

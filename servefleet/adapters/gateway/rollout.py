@@ -17,7 +17,7 @@ from servefleet.adapters import remote
 from servefleet.adapters.gateway.runtime_api import RuntimeApi, api_through
 from servefleet.adapters.lock import NodeLock
 from servefleet.adapters.releases import checksum_lines, tar_bytes
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport, connect
 from servefleet.core.errors import RemoteError, ServefleetError
 from servefleet.core.gateway.render import RenderedGateway
 from servefleet.core.gateway.routes import GATEWAY_DEPLOYMENT
@@ -49,7 +49,7 @@ class GatewayResult:
         return self.status in ("deployed", "unchanged")
 
 
-def current_release(transport: SshTransport) -> str | None:
+def current_release(transport: Transport) -> str | None:
     """The gateway release ``current`` names on the node, if any."""
     folder = remote.deployment_dir(transport.node.base_dir, GATEWAY_DEPLOYMENT)
     text = transport.run(["sh", "-c", CURRENT_SCRIPT, "sh", folder], idempotent=True,
@@ -101,7 +101,7 @@ def gate(project: Project, rendered: RenderedGateway, api: RuntimeApi, *,
                           f"{problem}")
 
 
-def deploy_gateway(project: Project, rendered: RenderedGateway, transport: SshTransport, *,
+def deploy_gateway(project: Project, rendered: RenderedGateway, transport: Transport, *,
                    say: Say = lambda line: None,
                    health: Callable[[str], bool] = _health) -> GatewayResult:
     """Roll the gateway's release out on its node (see the module docstring)."""
@@ -139,11 +139,11 @@ def deploy_gateway(project: Project, rendered: RenderedGateway, transport: SshTr
 def roll_out(project: Project, rendered: RenderedGateway, *,
              say: Say = lambda line: None) -> GatewayResult:
     """:func:`deploy_gateway` over a connection of its own to the gateway's node."""
-    with SshTransport(project.nodes[rendered.node]) as transport:
+    with connect(project.nodes[rendered.node]) as transport:
         return deploy_gateway(project, rendered, transport, say=say)
 
 
-def _roll_back(transport: SshTransport, rendered: RenderedGateway, before: str | None,
+def _roll_back(transport: Transport, rendered: RenderedGateway, before: str | None,
                why: str, say: Say) -> GatewayResult:
     node = transport.node
     say(f"gate failed: {why}")
@@ -161,7 +161,7 @@ def _roll_back(transport: SshTransport, rendered: RenderedGateway, before: str |
     return GatewayResult(node.name, rendered.release_id, "failed", f"{why}; stopped")
 
 
-def stop_gateway(transport: SshTransport) -> None:
+def stop_gateway(transport: Transport) -> None:
     """Stop the gateway's containers (its releases stay on the node)."""
     release = current_release(transport)
     if release is None:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Literal, Protocol
 
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport
 from servefleet.core.errors import RemoteError
 from servefleet.core.gateway.state import ServerState, server_states
 
@@ -34,7 +34,7 @@ def local_connect(host: str, port: int) -> Connect:
     return lambda: socket.create_connection((host, port), timeout=10)
 
 
-def api_through(transport: SshTransport, port: int) -> RuntimeApi:
+def api_through(transport: Transport, port: int) -> RuntimeApi:
     """The gateway's runtime API on its node, reached through ``transport``."""
     return RuntimeApi(lambda: transport.open_local_port(port), where=transport.node.name)
 

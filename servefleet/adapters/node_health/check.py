@@ -31,7 +31,7 @@ from servefleet.adapters.node_health.read import (
 )
 from servefleet.adapters.observe import observe_node
 from servefleet.adapters.probes import EngineClient, run_probes
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport
 from servefleet.core.baselines import (
     check_against_baseline,
     check_smaller_than,
@@ -83,7 +83,7 @@ class DeploymentCheck:
     """Checks one deployment of one node over an open transport."""
 
     def __init__(self, project: Project | None, node: Node, deployment: str,
-                 transport: SshTransport, options: HealthOptions) -> None:
+                 transport: Transport, options: HealthOptions) -> None:
         self.project = project
         self.node = node
         self.deployment = deployment

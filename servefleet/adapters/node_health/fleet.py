@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from servefleet.adapters.node_health.check import DeploymentCheck
 from servefleet.adapters.node_health.options import HealthOptions
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport, connect
 from servefleet.core.bootlog import BootFacts
 from servefleet.core.errors import ConfigError, RemoteError, ServefleetError
 from servefleet.core.expectations import ExpectedHealth
@@ -18,14 +18,14 @@ from servefleet.core.project import Project
 from servefleet.core.secrets import SecretMask
 
 
-def check_deployment(project: Project, node: Node, deployment: str, transport: SshTransport,
+def check_deployment(project: Project, node: Node, deployment: str, transport: Transport,
                      options: HealthOptions | None = None) -> DeploymentHealth:
     """The health of one deployment (see :mod:`servefleet.adapters.node_health`)."""
     return DeploymentCheck(project, node, deployment, transport, options or HealthOptions()
                            ).run()
 
 
-def gate_checks(transport: SshTransport, node: Node, profile: Profile, deployment: str, *,
+def gate_checks(transport: Transport, node: Node, profile: Profile, deployment: str, *,
                 release_id: str | None, facts: BootFacts, base_url: str,
                 since: float | None, options: HealthOptions | None = None,
                 project: Project | None = None,
@@ -56,11 +56,11 @@ def gate_checks(transport: SshTransport, node: Node, profile: Profile, deploymen
 
 
 
-TransportFactory = Callable[[Node, SecretMask], SshTransport]
+TransportFactory = Callable[[Node, SecretMask], Transport]
 
 
-def _default_transport(node: Node, mask: SecretMask) -> SshTransport:
-    return SshTransport(node, mask=mask)
+def _default_transport(node: Node, mask: SecretMask) -> Transport:
+    return connect(node, mask=mask)
 
 
 def targets(project: Project, nodes: Sequence[str] | None = None,

@@ -43,14 +43,14 @@ once the new engine passed its gate, before the switch (a failure there restores
 **Layout.** :mod:`.node` is the state machine, :mod:`.steps` the frame every step runs in
 (phases, interruptions, the gate), :mod:`.recovery` the failure paths, :mod:`.choose` which
 release a restore or a rollback takes; the node is reached only through the runtime
-protocol of :mod:`.runtime`, whose one implementation is Compose over SSH
-(:mod:`.compose_ssh`; the remote layout is described in :mod:`servefleet.adapters.remote`).
+protocol of :mod:`servefleet.adapters.runtime.node`, whose one implementation is Compose over
+SSH (:mod:`servefleet.adapters.runtime.ssh.compose`; the remote layout is described in
+:mod:`servefleet.adapters.remote`), picked by :func:`servefleet.adapters.runtime.runtime_for`.
 :mod:`.fleet` holds the entry points: :func:`deploy` (the stack), :func:`deploy_node` (one
 node, the deployments given), :func:`plan_fleet`, :func:`rollback` and the rest.
 """
 
 from servefleet.adapters.rollout.choose import EDITED_MARK, choose_rollback, restore_candidate
-from servefleet.adapters.rollout.compose_ssh import MIN_FREE_DISK_BYTES, ComposeSshRuntime
 from servefleet.adapters.rollout.control import SIGNALS, Abort, Clock
 from servefleet.adapters.rollout.fleet import (
     TransportFactory,
@@ -81,17 +81,15 @@ from servefleet.adapters.rollout.results import (
     StepFailed,
     Strategy,
 )
-from servefleet.adapters.rollout.runtime import NodeRuntime, RuntimeLock
 from servefleet.adapters.rollout.steps import RECORDED_PHASES, Hook, HookCall, RolloutHooks
 from servefleet.adapters.rollout.target import Target, target_for, target_from_manifest
 
 __all__ = [
-    "EDITED_MARK", "FAILED_STOP_GRACE_SECONDS", "MIN_FREE_DISK_BYTES", "RECORDED_PHASES",
-    "SIGNALS", "Abort", "Clock", "ComposeSshRuntime", "DeploymentResult", "DeploymentStatus",
-    "Failure", "GaveUp", "Hook", "HookCall", "NodeResult", "NodeRollout", "NodeRuntime",
-    "Progress", "ProgressEvent", "Restore", "RolloutHooks", "RuntimeLock", "StepFailed",
-    "Strategy", "Target", "TransportFactory", "_node_error", "check_rules", "choose_rollback",
-    "deploy", "deploy_node", "list_releases", "observe_node", "plan_fleet", "render_for",
-    "restore_candidate", "rollback", "stop_deployment", "stream_logs", "target_for",
-    "target_from_manifest", "unlock",
+    "EDITED_MARK", "FAILED_STOP_GRACE_SECONDS", "RECORDED_PHASES", "SIGNALS", "Abort", "Clock",
+    "DeploymentResult", "DeploymentStatus", "Failure", "GaveUp", "Hook", "HookCall",
+    "NodeResult", "NodeRollout", "Progress", "ProgressEvent", "Restore", "RolloutHooks",
+    "StepFailed", "Strategy", "Target", "TransportFactory", "_node_error", "check_rules",
+    "choose_rollback", "deploy", "deploy_node", "list_releases", "observe_node", "plan_fleet",
+    "render_for", "restore_candidate", "rollback", "stop_deployment", "stream_logs",
+    "target_for", "target_from_manifest", "unlock",
 ]

@@ -1,5 +1,5 @@
 """The rollout's entry points: validate and render the stack, then plan, deploy, roll back,
-unlock, observe, list releases, stream logs or stop, node by node over SSH (in parallel, or
+unlock, observe, list releases, stream logs or stop, node by node (in parallel, or
 one node at a time for the ``rolling`` strategy)."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from servefleet.adapters.health_gate import HttpGet, http_get
 from servefleet.adapters.lock import force_unlock as remove_lock
-from servefleet.adapters.rollout.compose_ssh import ComposeSshRuntime
 from servefleet.adapters.rollout.control import Abort, Clock
 from servefleet.adapters.rollout.node import NodeRollout
 from servefleet.adapters.rollout.results import (
@@ -23,7 +22,7 @@ from servefleet.adapters.rollout.results import (
     Strategy,
 )
 from servefleet.adapters.rollout.steps import RolloutHooks
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport, TransportFactory, open_transport, runtime_for
 from servefleet.adapters.weights.peers import PeerCopy
 from servefleet.core.errors import ConfigError, ServefleetError, ValidationFailed
 from servefleet.core.models import Deployment, Node
@@ -34,16 +33,9 @@ from servefleet.core.render import RenderedRelease, render_deployments
 from servefleet.core.rules import Finding, Severity, validate
 from servefleet.core.secrets import SecretMask
 
-TransportFactory = Callable[[Node, SecretMask], SshTransport]
-"""Opens a node's connection (tests pass a fake node's)."""
-
-
-def _default_transport(node: Node, mask: SecretMask) -> SshTransport:
-    return SshTransport(node, mask=mask)
-
 
 def _with_weights_source(item: PlanItem, rendered: RenderedRelease, peers: PeerCopy,
-                         transport: SshTransport, project: Project) -> PlanItem:
+                         transport: Transport, project: Project) -> PlanItem:
     """``item`` with where its weights would come from, asked of the nodes."""
     if rendered.weights is None or not item.changes:
         return item
@@ -90,7 +82,7 @@ def render_for(project: Project, nodes: Sequence[str] | None,
 
 def plan_fleet(project: Project, nodes: Sequence[str] | None = None,
                secrets: Mapping[str, str] | None = None, *,
-               transport_factory: TransportFactory = _default_transport,
+               transport_factory: TransportFactory = open_transport,
                ) -> tuple[list[PlanItem], list[NodeResult]]:
     """Observe every node (in parallel, read-only) and plan. Returns the plan items and
     node-level errors (unreachable nodes, refused host keys)."""
@@ -106,7 +98,7 @@ def plan_fleet(project: Project, nodes: Sequence[str] | None = None,
         try:
             with transport_factory(project.nodes[name], mask) as transport:
                 planned = NodeRollout(project, project.nodes[name],
-                                      ComposeSshRuntime(transport)).plan(grouped[name])[1]
+                                      runtime_for(transport)).plan(grouped[name])[1]
                 return [_with_weights_source(item, rendered, peers, transport, project)
                         for item, rendered in zip(planned, grouped[name], strict=True)]
         except ServefleetError as error:
@@ -127,7 +119,7 @@ def deploy(project: Project, nodes: Sequence[str] | None = None,
            strategy: Strategy | None = None, secrets: Mapping[str, str] | None = None, *,
            progress: Progress | None = None, unlock_id: str | None = None,
            clock: Clock | None = None, http: HttpGet = http_get,
-           transport_factory: TransportFactory = _default_transport,
+           transport_factory: TransportFactory = open_transport,
            abort: Abort | None = None, hooks: RolloutHooks | None = None) -> list[NodeResult]:
     """Deploy the stack to ``nodes`` (default: every node of the stack).
 
@@ -165,7 +157,7 @@ def _deploy(project: Project, nodes: Sequence[str] | None, strategy: Strategy | 
         started = clock.monotonic()
         try:
             with transport_factory(node, mask) as transport:
-                runtime = ComposeSshRuntime(transport, peers=peers)
+                runtime = runtime_for(transport, peers=peers)
                 rollout = NodeRollout(project, node, runtime, clock=clock,
                                       progress=progress, http=http, unlock_id=unlock_id,
                                       secrets=secrets, abort=abort, hooks=hooks)
@@ -206,7 +198,7 @@ def rollback(project: Project, node: str, deployment: str = "main", to: str | No
              secrets: Mapping[str, str] | None = None,
              progress: Progress | None = None, unlock_id: str | None = None,
              clock: Clock | None = None, http: HttpGet = http_get,
-             transport_factory: TransportFactory = _default_transport,
+             transport_factory: TransportFactory = open_transport,
              abort: Abort | None = None) -> DeploymentResult:
     """Roll ``node``'s ``deployment`` back to release ``to`` (default: the previous one).
     ``secrets`` are those the profiles need for their probes (an API key): the gate of the
@@ -215,13 +207,13 @@ def rollback(project: Project, node: str, deployment: str = "main", to: str | No
     abort = abort or Abort()
     with abort.handling_signals(), \
             transport_factory(_node(project, node), SecretMask.from_mapping(secrets)) as transport:
-        return NodeRollout(project, transport.node, ComposeSshRuntime(transport), clock=clock,
+        return NodeRollout(project, transport.node, runtime_for(transport), clock=clock,
                            progress=progress, http=http, unlock_id=unlock_id,
                            secrets=secrets, abort=abort).rollback(deployment, to)
 
 
 def unlock(project: Project, node: str, lock_id: str, *,
-           transport_factory: TransportFactory = _default_transport) -> str:
+           transport_factory: TransportFactory = open_transport) -> str:
     """Remove ``node``'s lock if its id is ``lock_id`` (``servefleet unlock NODE LOCK_ID``):
     ``removed`` or ``not locked``; :class:`LockHeld` when the lock has another id."""
     with transport_factory(_node(project, node), SecretMask()) as transport:
@@ -230,41 +222,41 @@ def unlock(project: Project, node: str, lock_id: str, *,
 
 def observe_node(project: Project, node: str, deployments: Sequence[str] = ("main",), *,
                  secrets: Mapping[str, str] | None = None,
-                 transport_factory: TransportFactory = _default_transport) -> ObservedNode:
+                 transport_factory: TransportFactory = open_transport) -> ObservedNode:
     """What runs on ``node`` (read-only, one command): current releases, their manifests,
     containers, and the lock holder."""
     with transport_factory(_node(project, node), SecretMask.from_mapping(secrets)) as transport:
-        return NodeRollout(project, transport.node, ComposeSshRuntime(transport)).observe(
+        return NodeRollout(project, transport.node, runtime_for(transport)).observe(
             deployments)
 
 
 def list_releases(project: Project, node: str, deployment: str = "main", *,
                   secrets: Mapping[str, str] | None = None,
-                  transport_factory: TransportFactory = _default_transport,
+                  transport_factory: TransportFactory = open_transport,
                   ) -> list[ReleaseInfo]:
     """The releases of ``node``'s ``deployment``, newest first."""
     with transport_factory(_node(project, node), SecretMask.from_mapping(secrets)) as transport:
-        return ComposeSshRuntime(transport).releases(deployment)
+        return runtime_for(transport).releases(deployment)
 
 
 def stream_logs(project: Project, node: str, deployment: str = "main", *, follow: bool = False,
                 tail: int | None = 200, should_stop: Callable[[], bool] | None = None,
                 secrets: Mapping[str, str] | None = None,
-                transport_factory: TransportFactory = _default_transport) -> Iterator[str]:
+                transport_factory: TransportFactory = open_transport) -> Iterator[str]:
     """The engine's log lines (``--follow`` keeps streaming until ``should_stop``); the
     values of ``secrets`` are masked in every line."""
     with transport_factory(_node(project, node), SecretMask.from_mapping(secrets)) as transport:
         # stdout and stderr arrive merged, in the order the engine wrote them.
-        yield from ComposeSshRuntime(transport).log_lines(deployment, follow=follow, tail=tail,
+        yield from runtime_for(transport).log_lines(deployment, follow=follow, tail=tail,
                                                           should_stop=should_stop)
 
 
 def stop_deployment(project: Project, node: str, deployment: str = "main", *,
                     secrets: Mapping[str, str] | None = None,
-                    transport_factory: TransportFactory = _default_transport) -> None:
+                    transport_factory: TransportFactory = open_transport) -> None:
     """Stop a deployment's engine (its releases stay on the node)."""
     with transport_factory(_node(project, node), SecretMask.from_mapping(secrets)) as transport:
-        runtime = ComposeSshRuntime(transport)
+        runtime = runtime_for(transport)
         rollout = NodeRollout(project, transport.node, runtime)
         runtime.stop(deployment, what="stop the engine")
         # No audit log when the deployment never got a folder on this node.
@@ -276,7 +268,7 @@ def deploy_node(project: Project, node: str, deployments: Sequence[Deployment] |
                 secrets: Mapping[str, str] | None = None, *,
                 progress: Progress | None = None, unlock_id: str | None = None,
                 clock: Clock | None = None, http: HttpGet = http_get,
-                transport_factory: TransportFactory = _default_transport,
+                transport_factory: TransportFactory = open_transport,
                 abort: Abort | None = None, hooks: RolloutHooks | None = None) -> NodeResult:
     """Deploy to one node: ``deployments`` (default: what the stack places there), each
     validated, rendered, staged, gated and committed or restored as in :func:`deploy`.

@@ -2,7 +2,7 @@
 deployment preflight, stage, prepare, the ``before_stop`` hooks, stop, GPU check, start,
 boot and gate, the ``after_gate`` hooks, mark gated, switch ``current``, prune and audit
 (see :mod:`servefleet.adapters.rollout`). It acts only through its
-:class:`~servefleet.adapters.rollout.runtime.NodeRuntime`."""
+:class:`~servefleet.adapters.runtime.node.NodeRuntime`."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ errors turned into :class:`StepFailed`), interruptions, the audit line, hooks, a
 followed through the health gate.
 
 :class:`RolloutBase` acts on the node only through its
-:class:`~servefleet.adapters.rollout.runtime.NodeRuntime`.
+:class:`~servefleet.adapters.runtime.node.NodeRuntime`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from servefleet.adapters.rollout.results import (
     ProgressEvent,
     StepFailed,
 )
-from servefleet.adapters.rollout.runtime import NodeRuntime, RuntimeLock
 from servefleet.adapters.rollout.target import Target
+from servefleet.adapters.runtime.node import NodeRuntime, RuntimeLock
 from servefleet.core.bootlog.lines import clean_line
 from servefleet.core.errors import RemoteError, ServefleetError
 from servefleet.core.gpu import free_memory_check

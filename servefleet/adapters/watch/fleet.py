@@ -15,7 +15,7 @@ from typing import Any
 
 from servefleet.adapters.node_health import api_key_for
 from servefleet.adapters.rollout import TransportFactory
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport, connect
 from servefleet.adapters.watch.read import (
     WatchedDeployment,
     read_command,
@@ -85,7 +85,7 @@ class NodeLink:
         self.factory = factory
         self.mask = mask
         self.clock = clock
-        self.transport: SshTransport | None = None
+        self.transport: Transport | None = None
         self.failures = 0
         self.next_try = 0.0
         self.last_error = ""
@@ -151,7 +151,7 @@ class FleetWatcher:
         self.act = act and config.recovery.enabled
         self.on_action = on_action
         factory: TransportFactory = transport_factory or (
-            lambda node, mask: SshTransport(node, mask=mask))
+            lambda node, mask: connect(node, mask=mask))
         mask = SecretMask.from_mapping(self.secrets)
         self.tracked: dict[str, Tracked] = {}
         self.by_node: dict[str, list[Tracked]] = {}

@@ -8,9 +8,8 @@ import contextlib
 from collections.abc import Callable, Mapping
 
 from servefleet.adapters.gateway.follow import GatewayFollow
-from servefleet.adapters.gpu_probe import run_probe
-from servefleet.adapters.rollout import Clock, ComposeSshRuntime, NodeRollout, TransportFactory
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.rollout import Clock, NodeRollout, TransportFactory
+from servefleet.adapters.runtime import NodeRuntime, Transport, connect, runtime_for
 from servefleet.core.errors import ServefleetError
 from servefleet.core.gpu import free_memory_check
 from servefleet.core.models import Node
@@ -31,17 +30,12 @@ def restore_target(observed: ObservedDeployment) -> str | None:
     return None
 
 
-def wait_for_memory(transport: SshTransport, node: Node, utilization: float, deadline: float,
+def wait_for_memory(runtime: NodeRuntime, node: Node, utilization: float, deadline: float,
                     clock: Clock) -> str | None:
     """Poll the node's GPU probe until the profile's share of memory is free again; None
     when it is, else the last reading's complaint (past ``deadline``)."""
-    def run_remote(argv: list[str], stdin: bytes) -> tuple[int, bytes, bytes]:
-        done = transport.run(argv, stdin=stdin, check=False, what="GPU probe")
-        return done.exit_status, done.stdout, done.stderr
-
     while True:
-        problem = free_memory_check(run_probe(run_remote, node=node.name), utilization,
-                                    node.unified_memory)
+        problem = free_memory_check(runtime.gpu_reading(), utilization, node.unified_memory)
         if problem is None or clock.monotonic() >= deadline:
             return problem
         clock.sleep(MEMORY_POLL_SECONDS)
@@ -60,8 +54,8 @@ class Recovery:
         stuck while its ``/health`` says 200 still gets requests otherwise) and re-admitted
         after its gate."""
         self.secrets = dict(secrets or {})
-        self.factory: Callable[[Node, SecretMask], SshTransport] = (
-            transport_factory or (lambda node, mask: SshTransport(node, mask=mask)))
+        self.factory: Callable[[Node, SecretMask], Transport] = (
+            transport_factory or (lambda node, mask: connect(node, mask=mask)))
         self.clock = clock or Clock()
         self.memory_wait_seconds = memory_wait_seconds
 
@@ -70,7 +64,7 @@ class Recovery:
         node = self.project.nodes[node_name]
         operation = f"watch-{decision.action.replace('_', '-')}"
         with self.factory(node, SecretMask.from_mapping(self.secrets)) as transport:
-            runtime = ComposeSshRuntime(transport)
+            runtime = runtime_for(transport)
             rollout = NodeRollout(self.project, node, runtime, secrets=self.secrets,
                                   clock=self.clock,
                                   hooks=self.gateway.hooks() if self.gateway else None)
@@ -92,7 +86,7 @@ class Recovery:
         if self.gateway is not None:
             self.gateway.drain(node.name, deployment, lambda line: None)
 
-    def _under_lock(self, rollout: NodeRollout, runtime: ComposeSshRuntime, node: Node,
+    def _under_lock(self, rollout: NodeRollout, runtime: NodeRuntime, node: Node,
                     deployment: str, decision: Decision, operation: str,
                     seen: ObservedNode) -> str:
         observed = seen.deployments.get(deployment)
@@ -119,7 +113,7 @@ class Recovery:
             # engine started before it is back fails (or leaks more) at once.
             self._drain(node, deployment)
             runtime.stop(deployment, what="stop the engine")
-            problem = wait_for_memory(runtime.transport, node, target.utilization,
+            problem = wait_for_memory(runtime, node, target.utilization,
                                       self.clock.monotonic() + self.memory_wait_seconds,
                                       self.clock)
             if problem is not None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport
 from servefleet.core.errors import RemoteError
 
 MODELS_TIMEOUT_SECONDS = 300
@@ -70,7 +70,7 @@ def parse(node: str, text: str) -> ModelsReport:
                           f"unreadable answer ({error}): {text[-300:]}") from None
 
 
-def staged_models(transport: SshTransport, *, prune: bool = False) -> ModelsReport:
+def staged_models(transport: Transport, *, prune: bool = False) -> ModelsReport:
     """List the node's staged weights; with ``prune``, remove those no release needs."""
     node = transport.node
     request = {"base_dir": node.base_dir, "hf_cache": node.hf_cache,

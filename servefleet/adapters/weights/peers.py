@@ -24,12 +24,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from servefleet.adapters.remote import _sh
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime import Transport
 from servefleet.core.errors import ServefleetError
 from servefleet.core.models import Node, Profile
 from servefleet.core.render.weights import WeightsSpec, cache_folder, weights_for
 
-OpenPeer = Callable[[Node], AbstractContextManager[SshTransport]]
+OpenPeer = Callable[[Node], AbstractContextManager[Transport]]
 """Opens a neighbour's SSH connection (the rollout's transport factory, secrets masked)."""
 COPY_TIMEOUT_SECONDS = 4 * 3600
 """35 GB over a 1 Gb/s link takes five minutes; a copy past this is cut and the hub used."""
@@ -117,7 +117,7 @@ def _known_hosts(node: Node, address: str) -> str:
     return "\n".join(f"{host} {' '.join(key.split()[:2])}" for key in node.ssh.host_keys)
 
 
-def _holds(transport: SshTransport, spec: WeightsSpec) -> tuple[int, tuple[str, ...]] | None:
+def _holds(transport: Transport, spec: WeightsSpec) -> tuple[int, tuple[str, ...]] | None:
     """(bytes, files) of the weights the node holds verified, or ``None``."""
     done = transport.run(_sh(HOLDS_SCRIPT, spec.kind, spec.host_folder,
                              cache_folder(spec.repo) if spec.repo else "", spec.revision or "",
@@ -138,7 +138,7 @@ SPARE_BYTES = 1 << 30
 """What the fetchers keep free (see fetch_snapshot.py)."""
 
 
-def _free_bytes(transport: SshTransport, folder: str) -> int | None:
+def _free_bytes(transport: Transport, folder: str) -> int | None:
     """Free bytes on the filesystem of ``folder`` on the node, if ``df`` says."""
     text = transport.run(_sh(FREE_SCRIPT, folder), idempotent=True,
                          what="read the free disk space").text().strip()
@@ -163,7 +163,7 @@ class PeerCopy:
             if spec is not None:
                 yield peer, spec
 
-    def held(self, transport: SshTransport, spec: WeightsSpec) -> bool:
+    def held(self, transport: Transport, spec: WeightsSpec) -> bool:
         """Whether this node already holds the weights verified (then nothing is copied)."""
         return _holds(transport, spec) is not None
 
@@ -179,7 +179,7 @@ class PeerCopy:
                 return Holder(peer, spec, found[1], found[0])
         return None
 
-    def source(self, transport: SshTransport, profile: Profile, spec: WeightsSpec) -> str:
+    def source(self, transport: Transport, profile: Profile, spec: WeightsSpec) -> str:
         """Where a deploy would take the weights from, and whether they fit the disk (for
         ``plan``): already here, a neighbour, or the hub."""
         hub = spec.hub_source
@@ -206,7 +206,7 @@ class PeerCopy:
                     "with `servefleet models NODE --prune`)")
         return f"{where} ({room})"
 
-    def copy(self, transport: SshTransport, spec: WeightsSpec, holder: Holder,
+    def copy(self, transport: Transport, spec: WeightsSpec, holder: Holder,
              say: Callable[[str], None]) -> None:
         """Pull ``holder``'s files into this node's folder with a one-copy key."""
         node = transport.node

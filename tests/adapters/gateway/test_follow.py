@@ -17,7 +17,7 @@ from servefleet.adapters.gateway.runtime_api import (
     local_connect,
     wait_for,
 )
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.ssh.transport import SshTransport
 from servefleet.core.gateway.routes import resolve_routes
 from servefleet.core.project import Project
 

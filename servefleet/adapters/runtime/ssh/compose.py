@@ -1,5 +1,5 @@
 """Compose over SSH: the runtime a rollout uses on a node (see
-:mod:`servefleet.adapters.rollout.runtime`).
+:mod:`servefleet.adapters.runtime.node`).
 
 One deployment is one compose project on one port; its releases are folders on the node
 (:mod:`servefleet.adapters.remote` describes the layout); every step is one command over
@@ -22,9 +22,9 @@ from servefleet.adapters.gpu_probe import run_probe
 from servefleet.adapters.lock import NodeLock
 from servefleet.adapters.node_health import HealthOptions, gate_checks
 from servefleet.adapters.observe import observe_command, observe_node, parse_observed
-from servefleet.adapters.rollout.runtime import AUDIT_TIMEOUT_SECONDS
 from servefleet.adapters.rollout.target import Target
-from servefleet.adapters.ssh import SshTransport
+from servefleet.adapters.runtime.base import Transport
+from servefleet.adapters.runtime.node import AUDIT_TIMEOUT_SECONDS
 from servefleet.adapters.weights.peers import PeerCopy
 from servefleet.core.bootlog import BootFacts
 from servefleet.core.errors import RemoteError, ServefleetError
@@ -55,7 +55,7 @@ STAGE_TIMEOUT_SECONDS = 6 * 3600
 class ComposeSshRuntime:
     """A node reached over SSH, its engines run by Docker Compose."""
 
-    def __init__(self, transport: SshTransport, *, peers: PeerCopy | None = None) -> None:
+    def __init__(self, transport: Transport, *, peers: PeerCopy | None = None) -> None:
         self.transport = transport
         self.peers = peers
         """The fleet's other nodes, to copy staged weights from (``None``: the hub only)."""

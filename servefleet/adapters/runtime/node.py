@@ -4,9 +4,9 @@
 lock, preflight, stage a release, prepare its image, stop, clear, start, follow the boot
 log, run the node-side health checks, mark a release gated, switch ``current``, prune,
 audit, list releases, read the engine's log and containers. Compose over SSH
-(:class:`~servefleet.adapters.rollout.compose_ssh.ComposeSshRuntime`) is its one
+(:class:`~servefleet.adapters.runtime.ssh.compose.ComposeSshRuntime`) is its one
 implementation; another target (Kubernetes) is another class, with the same state machine
-above it.
+above it, picked by :func:`servefleet.adapters.runtime.runtime_for`.
 
 Every method may raise :class:`~servefleet.core.errors.ServefleetError` (a command failed,
 timed out, or the node was lost); the rollout turns that into a failed phase and restores.

@@ -1,4 +1,5 @@
-"""SSH transport: one verified, reused paramiko connection per node.
+"""SSH transport: one verified, reused paramiko connection per node (the
+:class:`~servefleet.adapters.runtime.base.Transport` of SSH nodes).
 
 - Host keys are checked against the keys pinned in the inventory; a node that presents any
   other key is refused (no trust-on-first-use), naming both fingerprints.
@@ -33,7 +34,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
@@ -44,6 +44,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from servefleet.adapters.runtime.base import CommandResult
 from servefleet.core import connect_policy
 from servefleet.core.errors import (
     CommandTimedOut,
@@ -71,27 +72,6 @@ CLOSE_JOIN_SECONDS = 2.0
 """How long :meth:`SshTransport.close` waits for paramiko's reader thread to end."""
 # Host-key algorithms of the SSH protocol that sign with a key of another name.
 _KEY_TYPE_OF_ALGORITHM = {"rsa-sha2-256": "ssh-rsa", "rsa-sha2-512": "ssh-rsa"}
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a remote command returned."""
-
-    exit_status: int
-    """Exit status (-1 when the connection dropped before one arrived)."""
-    stdout: bytes
-    """Everything it wrote to stdout."""
-    stderr: bytes
-    """Everything it wrote to stderr."""
-
-    @property
-    def ok(self) -> bool:
-        """Exit status 0."""
-        return self.exit_status == 0
-
-    def text(self) -> str:
-        """stdout decoded as UTF-8 (invalid bytes replaced)."""
-        return self.stdout.decode("utf-8", errors="replace")
 
 
 def fingerprint(key: paramiko.PKey) -> str:
