@@ -264,10 +264,10 @@ def next_steps(stack: str, where: str | None) -> list[str]:
     stack_file = STACK_FILE.format(stack=stack)
     steps = [f"cd {where}"] if where else []
     steps += [
-        f"cp {EXAMPLE_NODE} {NODES_DIR}/{node}.yaml   # then describe the machine: address, "
-        "SSH user, GPUs (or cp nodes/gb10.yaml.sample for a DGX Spark)",
-        f"servefleet keyscan {node}   # check the fingerprint on the node's console, paste "
-        "the line under ssh.host_keys",
+        f"servefleet node add {node} ADDRESS --user USER --identity-file KEY   # shows the "
+        "host key's fingerprint: check it on the node's console, answer y; writes "
+        f"{NODES_DIR}/{node}.yaml from what the node reports (by hand instead: cp "
+        f"{EXAMPLE_NODE}, then servefleet keyscan {node})",
         f"place a profile in {stack_file}:   servefleet:profiles: {{{node}: {profile}}}",
         f"servefleet validate --stack {stack}",
         f"servefleet plan --stack {stack}",

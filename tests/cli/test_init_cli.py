@@ -54,7 +54,8 @@ def test_init_creates_a_repo_that_validates_clean(run_cli: Run, tmp_path: Path,
     assert result.output.startswith(f"servefleet init: {root} (stack home)\n")
     steps = result.output.split("Next steps:\n")[1]
     assert steps.splitlines()[0] == "  1. cd fleet"
-    for command in ("servefleet keyscan NAME", "servefleet validate --stack home",
+    for command in ("servefleet node add NAME ADDRESS", "servefleet keyscan NAME",
+                    "servefleet validate --stack home",
                     "servefleet plan --stack home", "pulumi stack init home", "pulumi up"):
         assert command in steps
 
