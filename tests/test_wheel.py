@@ -38,8 +38,10 @@ def _run(argv: list[str], cwd: Path, timeout: int = 300,
     return result
 
 
-@pytest.mark.slow
-def test_built_wheel_renders_and_inits_from_its_own_data(tmp_path: Path) -> None:
+def install_built_wheel(tmp_path: Path) -> Path:
+    """Build the wheel from a copy of the sources and install it (``--no-deps``) into a
+    fresh virtual environment under ``tmp_path``; returns that environment's folder (its
+    ``bin/servefleet`` is the wheel's)."""
     source = tmp_path / "src"
     source.mkdir()
     for name in SOURCES:
@@ -63,6 +65,13 @@ def test_built_wheel_renders_and_inits_from_its_own_data(tmp_path: Path) -> None
     (purelib / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
           str(wheel)], cwd=tmp_path)
+    return env_dir
+
+
+@pytest.mark.slow
+def test_built_wheel_renders_and_inits_from_its_own_data(tmp_path: Path) -> None:
+    env_dir = install_built_wheel(tmp_path)
+    python = env_dir / "bin" / "python"
 
     project = tmp_path / "project"
     for folder in ("nodes", "profiles"):
