@@ -25,7 +25,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -91,24 +91,28 @@ class _Repo:
     modified: str = ""
 
 
-def _hash_file(source: Path, rel: str) -> HubFile:
+def _hash_file(source: Path, rel: str, known: str | None = None) -> HubFile:
     stat = source.stat()
     lfs = rel.endswith(LFS_SUFFIXES) or stat.st_size > LFS_MIN_SIZE
-    digest = hashlib.sha256() if lfs else hashlib.sha1(b"blob %d\0" % stat.st_size)
-    with source.open("rb") as stream:
-        while chunk := stream.read(_CHUNK):
-            digest.update(chunk)
+    if lfs and known is not None:
+        sha256 = known
+    else:
+        digest = hashlib.sha256() if lfs else hashlib.sha1(b"blob %d\0" % stat.st_size)
+        with source.open("rb") as stream:
+            while chunk := stream.read(_CHUNK):
+                digest.update(chunk)
+        sha256 = digest.hexdigest()
     if not lfs:
-        return HubFile(rel, source, stat.st_size, stat.st_mtime_ns, digest.hexdigest())
+        return HubFile(rel, source, stat.st_size, stat.st_mtime_ns, sha256)
     # Git stores an LFS file as a pointer: the tree's `oid` is that pointer's blob sha1.
-    pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{digest.hexdigest()}\n"
+    pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\n"
                f"size {stat.st_size}\n").encode()
     blob_id = hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest()
-    return HubFile(rel, source, stat.st_size, stat.st_mtime_ns, blob_id, digest.hexdigest(),
+    return HubFile(rel, source, stat.st_size, stat.st_mtime_ns, blob_id, sha256,
                    len(pointer))
 
 
-def _scan(folder: Path) -> dict[str, HubFile]:
+def _scan(folder: Path, known: Mapping[str, str] | None = None) -> dict[str, HubFile]:
     files: dict[str, HubFile] = {}
     chains: dict[str, frozenset[str]] = {}  # directory -> real paths of it and its parents
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
@@ -122,7 +126,7 @@ def _scan(folder: Path) -> dict[str, HubFile]:
         for name in filenames:
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
             if (Path(dirpath) / name).is_file():
-                files[rel] = _hash_file(Path(dirpath) / name, rel)
+                files[rel] = _hash_file(Path(dirpath) / name, rel, (known or {}).get(rel))
     return files
 
 
@@ -404,13 +408,19 @@ class LocalHub:
         host = host or (self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
-    def add_repo(self, repo_id: str, folder: Path, *, branch: str = "main") -> str:
+    def add_repo(self, repo_id: str, folder: Path, *, branch: str = "main",
+                 known_sha256: Mapping[str, str] | None = None) -> str:
         """Serve ``folder`` (recursively, symlinks followed) as model repo ``repo_id`` and point
         ``branch`` at it; the commit sha, which depends only on the files' paths and contents.
-        Earlier commits of the repo stay downloadable by their sha."""
+        Earlier commits of the repo stay downloadable by their sha.
+
+        ``known_sha256``: repo path → the sha256 to publish for that LFS file instead of
+        hashing it: for sparse stand-ins of a real checkpoint's shards, whose published
+        sizes matter and whose bytes are never downloaded (a client that downloads one
+        finds the hash wrong, as it should)."""
         if not Path(folder).is_dir():
             raise NotADirectoryError(f"add_repo {repo_id}: {folder} is not a directory")
-        files = _scan(Path(folder))
+        files = _scan(Path(folder), known_sha256)
         commit = _commit_sha(files)
         repo = self._repos.get(repo_id) or _Repo()
         repo.commits[commit] = files
