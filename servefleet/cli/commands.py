@@ -20,7 +20,7 @@ ALL: dict[str, str] = {
     "unlock": "servefleet.cli.releases:unlock_command",
     "releases": "servefleet.cli.releases:releases_command",
     "history": "servefleet.cli.history:history_command",
-    "models": "servefleet.cli.models:models_command",
+    "models": "servefleet.cli.models:models_group",
     "bench": "servefleet.cli.bench:bench_command",
     "logs": "servefleet.cli.logs:logs_group",
     "health": "servefleet.cli.health:health_command",

@@ -60,8 +60,12 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
         return
     facts = facts_for_profile(obj.project_dir / PROFILES_DIR, profile)
     if facts is None:
+        from servefleet.core.modelpin.spec import pin_command
+
+        repin = pin_command(profile)
         raise ConfigError(f"profiles/{profile_name}.yaml: field model.config is not set; pin the "
-                          "checkpoint's config.json (profiles/models/) to plan its KV pool")
+                          "checkpoint's config.json (profiles/models/) to plan its KV pool"
+                          + (f": {repin}" if repin else ""))
     now = predict(facts, profile, node)
     try:
         util, found = solve_utilization(facts, profile, node, tokens=target_kv_tokens,

@@ -196,11 +196,16 @@ def solve_utilization(facts: ModelFacts, profile: Profile, node: Node, *,
 def _require_weights(profile: Profile) -> None:
     """Refuse a budget without the weights' size: the pool is what they leave."""
     if profile.model.weights_gib is None:
+        from servefleet.core.modelpin.spec import pin_command
+
+        repin = pin_command(profile)
         raise ConfigError(
             f"profiles/{profile.name}.yaml: field model.weights_gib is not set: the KV pool is "
             "what gpu_memory_utilization leaves after the weights, so without their size the "
             "pool cannot be predicted (planned as weightless it is overstated by the whole "
-            "checkpoint); set model.weights_gib to the checkpoint's safetensors total in GiB "
+            "checkpoint); " + (f"run `{repin}` (it reads the size from the hub), or " if repin
+                               else "")
+            + "set model.weights_gib to the checkpoint's safetensors total in GiB "
             "(vLLM's 'Model loading took X GiB')")
 
 

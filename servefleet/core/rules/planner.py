@@ -46,6 +46,13 @@ ENGINE_FACTS = {"vllm": ("reasoning_parser", "tool_call_parser", "speculative", 
 """Engine settings tied to the checkpoint (its parsers, its MTP heads, its file)."""
 
 
+def _repin(profile: Profile) -> str | None:
+    """The ``servefleet models pin`` command that pins ``profile``'s checkpoint."""
+    from servefleet.core.modelpin.spec import pin_command
+
+    return pin_command(profile)
+
+
 def _split(error: ServefleetError) -> tuple[str, str]:
     """A planner refusal (``what; fix``) as (message, fix)."""
     text = " ".join(str(error).split())
@@ -74,12 +81,13 @@ def model_config_pin(ctx: ProfileContext) -> Iterator[Issue]:
     ref = ctx.profile.model.config
     if ref is None or ctx.root is None:
         return
+    repin = _repin(ctx.profile)
     try:
         _, digest = read_pinned(ctx.root / PROFILES_DIR, ref.file)
     except ServefleetError as error:
         message, fix = _split(error)
         yield Issue(field="model.config.file", value=ref.file, message=message,
-                    why=WHY_PLAN, fix=fix)
+                    why=WHY_PLAN, fix=fix + (f", or pin it again: {repin}" if repin else ""))
         return
     if digest == ref.sha256:
         return
@@ -91,7 +99,9 @@ def model_config_pin(ctx: ProfileContext) -> Iterator[Issue]:
         why=WHY_PLAN,
         fix=(f"if profiles/{ref.file} is the checkpoint's own config.json (compare it with the "
              f"repository's at the served revision), set model.config.sha256: {digest}; "
-             "otherwise restore the file"))
+             "otherwise restore the file"
+             + (f" (`{repin}` writes the checkpoint's own bytes again and pins them)"
+                if repin else "")))
 
 
 @profile_rule("model-config-not-plannable", Severity.ERROR, engines=VLLM_ONLY)
@@ -126,6 +136,9 @@ def model_weights_unknown(ctx: PlacementContext) -> Iterator[Issue]:
     """model.weights_gib is not set: the KV pool and the memory fit cannot be judged."""
     if ctx.profile.model.weights_gib is not None:
         return
+    repin = _repin(ctx.profile)
+    pin_first = (f"run `{repin}`: it reads the weights' size from the hub and pins the "
+                 "checkpoint's config.json; or " if repin else "")
     yield Issue(
         field="model.weights_gib", value=None,
         message=(f"the weights' size is not set for {ctx.profile.model.id} {ctx.where}: the KV "
@@ -134,8 +147,9 @@ def model_weights_unknown(ctx: PlacementContext) -> Iterator[Issue]:
                  "5090 showed 213k tokens where ~90k fit) and the memory rules cannot check "
                  "the fit"),
         why=WHY_WEIGHTS,
-        fix=("set model.weights_gib to the checkpoint's safetensors total in GiB (the sum of "
-             "its *.safetensors sizes; vLLM's 'Model loading took X GiB' once it booted)"))
+        fix=(pin_first + "set model.weights_gib to the checkpoint's safetensors total in GiB "
+             "(the sum of its *.safetensors sizes; vLLM's 'Model loading took X GiB' once it "
+             "booted)"))
 
 
 @placement_rule("kv-pool-below-one-request", Severity.ERROR, engines=VLLM_ONLY)
