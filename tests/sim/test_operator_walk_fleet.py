@@ -83,6 +83,7 @@ def closed_port() -> int:
 
 def test_first_hour_from_the_wheel(walk_node: FleetHandle, tmp_path: Path) -> None:
     fleet = walk_node
+    (tmp_path / "build").mkdir()
     env_dir = install_built_wheel(tmp_path / "build")
     far = tmp_path / "operator"
     far.mkdir()
