@@ -45,7 +45,7 @@ from servefleet.adapters.rollout import (
     check_rules,
     restore_candidate,
 )
-from servefleet.adapters.runtime import connect, runtime_for
+from servefleet.adapters.runtime import open_transport, runtime_for
 from servefleet.core.errors import ConfigError, LockHeld, ServefleetError
 from servefleet.core.models import MultiNodeDeployment
 from servefleet.core.plan import PlanItem, plan
@@ -379,7 +379,7 @@ def select_multinode(project: Project, nodes: Sequence[str] | None
 
 
 def _factory(transport_factory: TransportFactory | None) -> TransportFactory:
-    return transport_factory or (lambda node, m: connect(node, mask=m))
+    return transport_factory or open_transport
 
 
 def plan_multinode(project: Project, deployments: Sequence[MultiNodeDeployment],

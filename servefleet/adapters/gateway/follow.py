@@ -15,7 +15,7 @@ from typing import Literal
 
 from servefleet.adapters.gateway.runtime_api import RuntimeApi, api_through, wait_for
 from servefleet.adapters.rollout.steps import Hook, HookCall, RolloutHooks
-from servefleet.adapters.runtime import Transport, connect
+from servefleet.adapters.runtime import Transport, open_transport
 from servefleet.core.errors import ServefleetError
 from servefleet.core.gateway.routes import (
     ResolvedRoute,
@@ -183,7 +183,7 @@ def following_gateway(project: Project, *, allow_outage: bool = False,
         return
     routes = resolve_routes(project)
     node = project.nodes[config.node]
-    factory = transport_factory or (lambda n, m: connect(n, mask=m))
+    factory = transport_factory or open_transport
     with factory(node, mask or SecretMask.from_mapping({})) as transport:
         yield GatewayFollow(config, routes, api_through(transport, config.admin_port),
                             allow_outage=allow_outage)

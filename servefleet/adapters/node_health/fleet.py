@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from servefleet.adapters.node_health.check import DeploymentCheck
 from servefleet.adapters.node_health.options import HealthOptions
-from servefleet.adapters.runtime import Transport, connect
+from servefleet.adapters.runtime import Transport, TransportFactory, open_transport
 from servefleet.core.bootlog import BootFacts
 from servefleet.core.errors import ConfigError, RemoteError, ServefleetError
 from servefleet.core.expectations import ExpectedHealth
@@ -56,11 +56,8 @@ def gate_checks(transport: Transport, node: Node, profile: Profile, deployment: 
 
 
 
-TransportFactory = Callable[[Node, SecretMask], Transport]
-
-
 def _default_transport(node: Node, mask: SecretMask) -> Transport:
-    return connect(node, mask=mask)
+    return open_transport(node, mask)
 
 
 def targets(project: Project, nodes: Sequence[str] | None = None,

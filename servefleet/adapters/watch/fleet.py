@@ -15,7 +15,7 @@ from typing import Any
 
 from servefleet.adapters.node_health import api_key_for
 from servefleet.adapters.rollout import TransportFactory
-from servefleet.adapters.runtime import Transport, connect
+from servefleet.adapters.runtime import Transport, open_transport
 from servefleet.adapters.watch.read import (
     WatchedDeployment,
     read_command,
@@ -151,7 +151,7 @@ class FleetWatcher:
         self.act = act and config.recovery.enabled
         self.on_action = on_action
         factory: TransportFactory = transport_factory or (
-            lambda node, mask: connect(node, mask=mask))
+            open_transport)
         mask = SecretMask.from_mapping(self.secrets)
         self.tracked: dict[str, Tracked] = {}
         self.by_node: dict[str, list[Tracked]] = {}

@@ -5,11 +5,11 @@ docker command of its own beside them, except the plain ``stop`` of the last run
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from servefleet.adapters.gateway.follow import GatewayFollow
-from servefleet.adapters.rollout import Clock, NodeRollout, TransportFactory
-from servefleet.adapters.runtime import NodeRuntime, Transport, connect, runtime_for
+from servefleet.adapters.rollout import Clock, NodeRollout
+from servefleet.adapters.runtime import NodeRuntime, TransportFactory, open_transport, runtime_for
 from servefleet.core.errors import ServefleetError
 from servefleet.core.gpu import free_memory_check
 from servefleet.core.models import Node
@@ -54,8 +54,7 @@ class Recovery:
         stuck while its ``/health`` says 200 still gets requests otherwise) and re-admitted
         after its gate."""
         self.secrets = dict(secrets or {})
-        self.factory: Callable[[Node, SecretMask], Transport] = (
-            transport_factory or (lambda node, mask: connect(node, mask=mask)))
+        self.factory: TransportFactory = transport_factory or open_transport
         self.clock = clock or Clock()
         self.memory_wait_seconds = memory_wait_seconds
 
