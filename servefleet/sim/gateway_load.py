@@ -109,6 +109,9 @@ class GatewayLoad:
     """The engine every answer comes from when ``url`` is one engine, not the gateway."""
     max_requests: int = MAX_REQUESTS
     """Stop after this many requests (never more than :data:`MAX_REQUESTS`)."""
+    pause: float = 0.0
+    """Seconds each worker waits between two requests: a paced load leaves the CPU to the
+    engines booting beside it (a two-core test bed), where a full-speed one starves them."""
     outcomes: list[Outcome] = field(default_factory=list)
     sent: int = 0
     """Requests counted before they were sent: at stop, every one has an outcome."""
@@ -154,6 +157,8 @@ class GatewayLoad:
                 outcome = self._one()
                 with self._lock:
                     self.outcomes.append(outcome)
+                if self.pause:
+                    self._stop.wait(self.pause)
         except BaseException as error:  # said at stop, never lost
             with self._lock:
                 self._died.append(f"{me.name}: {type(error).__name__}: {error}")

@@ -75,6 +75,10 @@ def gateway(fleet: FleetHandle) -> Any:
         return deploy_gateway(project, render_gateway(project), transport)
 
 
+LOAD_PAUSE = 0.2
+"""Seconds between a worker's requests: the engine booting beside the load keeps a core
+(the full-speed load made each real boot under it take minutes on two cores)."""
+
 MIN_REQUESTS_PER_DRAIN = 10
 """The floor: a drain window with fewer requests than this proves nothing about it."""
 
@@ -124,7 +128,7 @@ def load(project: Project, content: str = "hello") -> GatewayLoad:
     address = project.nodes[GATEWAY_NODE].address
     return GatewayLoad(f"http://{address}:{GATEWAY_PORT}/v1/chat/completions", {
         "model": "qwen36", "max_tokens": 4, "temperature": 0,
-        "messages": [{"role": "user", "content": content}]}, workers=2).start()
+        "messages": [{"role": "user", "content": content}]}, workers=2, pause=LOAD_PAUSE).start()
 
 
 @dataclasses.dataclass
