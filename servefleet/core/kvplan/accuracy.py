@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servefleet.core.kvplan.cpu import CPU_BLOCK_SIZE, CPU_KV_DTYPES
-from servefleet.core.kvplan.modelconfig import ModelFacts
+from servefleet.core.kvplan.modelconfig import ModelFacts, facts_from_config
 from servefleet.core.kvplan.pool import GIB, bytes_for, figures, layout
 from servefleet.core.kvplan.reserve import ReserveInputs, estimate
 
@@ -257,3 +257,66 @@ def evaluate_cpu(facts: ModelFacts, row: CpuRow) -> Result:
 def cpu_table(facts: ModelFacts) -> list[Result]:
     """Every CPU-build row, predicted."""
     return [evaluate_cpu(facts, row) for row in CPU_ROWS]
+
+
+# -- sliding-window models (vLLM's hybrid KV-cache manager) ------------------------------------
+GPT_OSS_20B_CONFIG: dict[str, object] = {  # openai/gpt-oss-20b config.json (the KV fields)
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880,
+    "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "head_dim": 64, "sliding_window": 128, "num_local_experts": 32, "experts_per_token": 4,
+    "intermediate_size": 2880, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+    "layer_types": ["sliding_attention", "full_attention"] * 12,
+    "quantization_config": {"quant_method": "mxfp4"},
+}
+"""gpt-oss-20b's config (the abliterated copy the GB10 log serves keeps the architecture)."""
+
+
+@dataclass(frozen=True)
+class SlidingRow:
+    """One real boot of a sliding-window model: what it printed and its settings."""
+
+    source: str
+    log: str
+    """File under tests/core/kvplan/data/real-logs."""
+    config: dict[str, object]
+    version: tuple[int, ...]
+    max_model_len: int
+    max_num_batched_tokens: int
+    available_gib: float
+    printed_tokens: int
+    printed_concurrency: float
+
+
+SLIDING_ROWS: tuple[SlidingRow, ...] = (
+    SlidingRow("fixture vllm-0.13.0-nv26.01-gb10-gpt-oss-20b-mxfp4-21.log: GB10, 8K context",
+               "vllm-0.13.0-gb10-gpt-oss-20b.log", GPT_OSS_20B_CONFIG, (0, 13), 8192, 2048,
+               12.94, 282_624, 54.44),
+)
+"""Every real boot of a sliding-window model we hold with its KV lines. Checked, not fitted:
+nothing in the sliding arithmetic is a fitted constant."""
+
+
+@dataclass(frozen=True)
+class SlidingResult:
+    """A sliding row predicted at its printed budget and at the ends of that budget's
+    rounding (vLLM prints the GiB to two decimals)."""
+
+    row: SlidingRow
+    predicted_tokens: int
+    predicted_concurrency: float
+    token_range: tuple[int, int]
+    concurrency_range: tuple[float, float]
+    note: str
+
+
+def evaluate_sliding(row: SlidingRow) -> SlidingResult:
+    """Predict one sliding row from its printed KV memory."""
+    facts = facts_from_config(dict(row.config), row.source)
+    lay = layout(facts, kv_dtype="auto", version=row.version,
+                 max_num_batched_tokens=row.max_num_batched_tokens, concurrent_batches=2)
+    at = [figures(lay, (row.available_gib + d) * GIB, row.max_model_len, row.version)
+          for d in (-0.005, 0.0, 0.005)]
+    return SlidingResult(row, at[1].kv_cache_tokens, at[1].max_concurrency,
+                         (at[0].kv_cache_tokens, at[2].kv_cache_tokens),
+                         (at[0].max_concurrency, at[2].max_concurrency),
+                         f"budget {row.available_gib} GiB printed; {lay.describe()}")

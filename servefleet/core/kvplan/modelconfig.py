@@ -5,12 +5,21 @@ Only what vLLM's KV-cache specs use: which layers are full attention and which a
 layers, and the KV-cache quantization the checkpoint declares (vLLM uses it under
 ``--kv-cache-dtype auto``). Multimodal configs keep the text tower under ``text_config``.
 
+Sliding-window layers are modelled where the config says which layers slide:
+``layer_types`` with ``sliding_attention`` and ``full_attention`` entries (gpt-oss, Gemma 3
+as recent exports write it), or a Gemma 3 text config without them (its
+``sliding_window_pattern``, 6 by default: every 6th layer global, as transformers'
+``Gemma3TextConfig`` lays them out). gpt-oss's attention sinks are one learned logit per
+head (``GptOssAttention.sinks``), not cached tokens: they change no KV spec.
+
 What the planner does not model it refuses here, naming the file, the field and why, never
 planning such a model as plain full attention: Mamba/SSM layers other than Gated DeltaNet
 (Nemotron-H's ``hybrid_override_pattern``, Jamba's ``attn_layer_period``, ``ssm_state_size``
-…), sliding-window attention (``sliding_window`` in use, ``sliding_attention`` layers,
-gpt-oss's sink layers), MLA (``kv_lora_rank``), chunked local attention, and cross-layer KV
-sharing (``num_kv_shared_layers``).
+…), sliding windows whose layers the config does not lay out (``sliding_window`` in use
+without ``layer_types``: Mistral-7B-v0.1, Gemma 2's ``interleaved_sliding_window``), sliding
+layers beside Gated-DeltaNet layers, per-layer-type head shapes (Gemma 4's
+``global_head_dim``/``num_global_key_value_heads``), MLA (``kv_lora_rank``), chunked local
+attention, and cross-layer KV sharing (``num_kv_shared_layers``).
 """
 
 from __future__ import annotations
@@ -87,11 +96,21 @@ class ModelFacts:
     has_quantization_config: bool = False
     """Whether the config carries a ``quantization_config`` at all (a ModelOpt checkpoint
     without one keeps it in ``hf_quant_config.json``, which vLLM reads instead)."""
+    sliding_layers: int = 0
+    """Sliding-window attention layers (``SlidingWindowSpec``); not counted in
+    ``full_attention_layers``."""
+    sliding_window: int | None = None
+    """Their window in tokens (``sliding_window``)."""
 
     @property
     def hybrid(self) -> bool:
         """Attention plus linear-attention state layers."""
         return self.linear_layers > 0 and self.gdn is not None
+
+    @property
+    def sliding(self) -> bool:
+        """Full attention plus sliding-window layers (vLLM's hybrid KV-cache manager)."""
+        return self.sliding_layers > 0
 
 
 def _int(cfg: dict[str, Any], key: str, where: str) -> int:
@@ -173,11 +192,20 @@ def _check_modelled(text: dict[str, Any], source: str) -> None:
         raise _refuse(source, "cross_attention_layers", cross, (
             "cross-attention layers (encoder KV, CrossAttentionSpec), which the KV planner "
             "does not model"))
+    for key in PER_TYPE_HEAD_KEYS:
+        if text.get(key) is not None:
+            raise _refuse(source, key, text[key], (
+                "full-attention layers with their own head shape (Gemma 4: "
+                "global_head_dim, num_global_key_value_heads, attention_k_eq_v): their page "
+                "differs from the sliding layers', and vLLM unifies the pages by growing the "
+                "smaller layers' block size, which the KV planner does not model"))
     types = text.get("layer_types")
     window = text.get("sliding_window")
     interleaved = text.get("interleaved_sliding_window")
     if isinstance(types, list) and types:
-        return  # the layer types decide (sliding ones are refused by the caller)
+        return  # the layer types decide
+    if _gemma3_pattern(text) is not None:
+        return  # Gemma 3's layout comes from its sliding_window_pattern
     if isinstance(interleaved, int) and interleaved > 0:
         raise _refuse(source, "interleaved_sliding_window", interleaved, _SLIDING)
     if isinstance(window, int) and not isinstance(window, bool) and window > 0 \
@@ -189,11 +217,29 @@ def _check_modelled(text: dict[str, Any], source: str) -> None:
             f"no layer_types{',' + pattern_note if pattern_note else ''})"))
 
 
-_SLIDING = ("sliding-window attention (Mistral, Gemma 2/3, gpt-oss with its attention "
-            "sinks): vLLM sizes a sliding layer's blocks per request by the window "
-            "(SlidingWindowSpec: at most sliding_window − 1 + max_num_batched_tokens "
-            "tokens), not by max_model_len, and groups sliding and full layers apart; the KV "
-            "planner models full attention only and would misplan it")
+PER_TYPE_HEAD_KEYS = ("global_head_dim", "num_global_key_value_heads", "attention_k_eq_v")
+"""Keys that give full-attention layers another head shape than the sliding ones (Gemma 4)."""
+GEMMA3_TYPES = ("gemma3", "gemma3_text")
+"""``model_type`` values whose layer layout transformers derives from
+``sliding_window_pattern`` (default 6) when ``layer_types`` is absent."""
+
+
+def _gemma3_pattern(text: dict[str, Any]) -> int | None:
+    """Gemma 3 without ``layer_types``: every ``pattern``-th layer is global."""
+    window = text.get("sliding_window")
+    if text.get("model_type") not in GEMMA3_TYPES or not isinstance(window, int) \
+            or window <= 0:
+        return None
+    pattern = text.get("sliding_window_pattern", 6)
+    return pattern if isinstance(pattern, int) and pattern > 0 else None
+
+
+_SLIDING = ("sliding-window attention whose layers the config does not lay out (no "
+            "layer_types: Mistral-7B-v0.1, Gemma 2): vLLM sizes a sliding layer's blocks per "
+            "request by the window (SlidingWindowSpec), not by max_model_len, and groups "
+            "sliding and full layers apart; the KV planner models sliding layers only where "
+            "layer_types (or Gemma 3's sliding_window_pattern) says which they are; add "
+            "layer_types to a copy of the config and pin that")
 
 
 def _kv_quant(config: dict[str, Any], text: dict[str, Any]) -> tuple[KvQuant | None, bool]:
@@ -256,21 +302,35 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
         _check_modelled(config, source)
     layers = _int(text, "num_hidden_layers", source)
     types = text.get("layer_types")
+    sliding = 0
+    if not (isinstance(types, list) and types) and (pattern := _gemma3_pattern(text)):
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention"
+                 for i in range(layers)]
     if isinstance(types, list) and types:
         if len(types) != layers:
             raise ConfigError(f"{source}: layer_types has {len(types)} entries but "
                               f"num_hidden_layers is {layers}; fix the config")
         full = sum(1 for t in types if t in ("full_attention", "attention"))
         linear = sum(1 for t in types if t == "linear_attention")
-        other = layers - full - linear
+        sliding = sum(1 for t in types if t == "sliding_attention")
+        other = layers - full - linear - sliding
         if other:
             unknown = sorted({str(t) for t in types} - {"full_attention", "attention",
-                                                         "linear_attention"})
-            sliding = sum(1 for t in types if t == "sliding_attention")
-            reason = (f"{sliding} of {layers} layers are {_SLIDING}" if sliding else
-                      f"layer types {unknown} are not modelled by the KV planner (only full "
-                      "and linear attention)")
-            raise _refuse(source, "layer_types", unknown, reason)
+                                                         "linear_attention",
+                                                         "sliding_attention"})
+            raise _refuse(source, "layer_types", unknown, (
+                f"layer types {unknown} are not modelled by the KV planner (only full, "
+                "sliding-window and linear attention)"))
+        if sliding and linear:
+            raise _refuse(source, "layer_types", sorted({str(t) for t in types}), (
+                f"{sliding} sliding-window layers beside {linear} Gated-DeltaNet layers: "
+                "the KV planner models either hybrid, not both in one model"))
+        window = text.get("sliding_window")
+        if sliding and (not isinstance(window, int) or isinstance(window, bool)
+                        or window <= 0):
+            raise _refuse(source, "sliding_window", window, (
+                f"{sliding} of {layers} layers are sliding_attention but the window is not "
+                "a positive integer; use the checkpoint's own config.json"))
     elif "full_attention_interval" in text and "linear_num_value_heads" in text:
         interval = _int(text, "full_attention_interval", source)
         full = sum(1 for i in range(layers) if (i + 1) % interval == 0)
@@ -302,6 +362,8 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
         num_kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=DTYPE_BYTES.get(dtype, 2),
         gdn=gdn, mtp_layers=int(text.get("mtp_num_hidden_layers") or 0),
         max_position_embeddings=max_pos if isinstance(max_pos, int) else None,
+        sliding_layers=sliding,
+        sliding_window=int(text["sliding_window"]) if sliding else None,
     )
 
 
@@ -310,7 +372,9 @@ def _activation_bytes(text: dict[str, Any], dtype_bytes: int) -> int:
     hidden = text.get("hidden_size")
     if not isinstance(hidden, int):
         return 0
-    top_k, moe = text.get("num_experts_per_tok"), text.get("moe_intermediate_size")
+    top_k = text.get("num_experts_per_tok") or text.get("experts_per_token")  # gpt-oss
+    moe = text.get("moe_intermediate_size") or (
+        text.get("intermediate_size") if text.get("num_local_experts") else None)
     if isinstance(top_k, int) and isinstance(moe, int):
         mlp = top_k * 3 * moe
     else:

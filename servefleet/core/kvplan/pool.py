@@ -7,6 +7,19 @@ sizes), ``vllm/platforms/interface.py _align_hybrid_block_size`` (hybrid block s
 ``max_concurrency`` and ``GPU KV cache size``). The reported token count changed meaning at
 0.21.0: before, ``num_blocks // num_groups × block_size``; from 0.21.0,
 ``int(max_concurrency × max_model_len)``.
+
+Full attention + sliding window (gpt-oss, Gemma 3), vLLM's hybrid KV-cache manager
+(``_get_kv_cache_groups_uniform_page_size``): sliding and full layers have the same page, so
+the block stays 16 tokens; layers are grouped by spec into groups of ``group_size`` layers
+(the smaller count, or the larger when it is under 1.5 × the smaller; padding layers fill
+the last group), every group shares the pool's ``num_blocks = avail // page // group_size``,
+a full group needs ``cdiv(max_model_len, block)`` blocks per request and a sliding group
+``cdiv(min(sliding_window − 1 + T, max_model_len), block) + 1``
+(``SlidingWindowSpec.max_memory_usage_bytes``), where ``T`` is ``max_num_batched_tokens``
+and, in 0.29.0's source, ``max_in_flight_tokens`` (two batches under async scheduling).
+With the hybrid manager disabled (``--disable-hybrid-kv-cache-manager``, a KV connector or
+KV events: ``unify_hybrid_kv_cache_specs``) every sliding layer is sized as full attention:
+one group, the dense pool.
 """
 
 from __future__ import annotations
@@ -25,6 +38,18 @@ TURBOQUANT_SLOT = {"turboquant_k8v4": 388, "turboquant_4bit_nc": 262, "turboquan
 """Bytes per KV head per token (K and V together), ``TQFullAttentionSpec`` slot sizes."""
 NEW_REPORT = (0, 21)
 """From this version ``GPU KV cache size`` is ``int(max_concurrency × max_model_len)``."""
+IN_FLIGHT_SINCE = (0, 29)
+"""From here a sliding group's per-request bound counts ``max_in_flight_tokens``
+(``max_concurrent_batches × max_num_batched_tokens``, 2 batches under async scheduling)
+instead of ``max_num_batched_tokens``: read in vLLM 0.29.0's
+``SlidingWindowSpec.max_admission_blocks_per_request`` and checked against 0.29.0 boots of
+Gemma 4 (a 25-layer sliding reservation of 1.235 GB at 2,496 batched tokens). The change
+(vllm-project/vllm#47728, merged 2026-07-06) may already be in some earlier releases; before
+0.29 the planner assumes ``max_num_batched_tokens``, which holds for 0.13 (the GB10 gpt-oss
+fixture)."""
+SLIDING_SOURCE_ONLY = ("sliding-window sizing from vLLM source; gpt-oss checked against one "
+                       "boot (vLLM 0.13, GB10), Gemma 3 not yet checked against a boot")
+"""What backs a sliding-window layout, said with every plan of one."""
 
 
 def cdiv(a: int, b: int) -> int:
@@ -110,17 +135,32 @@ class PoolLayout:
     kv_note: str = ""
     """Why the KV element size is what it is when the checkpoint decided it (an FP8 KV cache
     it declares, under ``--kv-cache-dtype auto``); empty otherwise."""
+    sliding_layers: int = 0
+    sliding_groups: int = 0
+    sliding_window: int = 0
+    in_flight_tokens: int = 0
+    """``T`` of a sliding group's per-request bound (see the module docstring)."""
+    sliding_note: str = ""
+    """How sliding layers were sized (hybrid manager or as full attention), for messages."""
 
     @property
     def num_groups(self) -> int:
-        return self.attention_groups + self.state_groups
+        return self.attention_groups + self.state_groups + self.sliding_groups
 
     @property
     def padding_layers(self) -> int:
         """Layers vLLM adds so every group has ``group_size`` layers ("Add N padding layers")."""
-        if not self.state_layers:
+        if not self.state_layers and not self.sliding_layers:
             return 0
-        return self.num_groups * self.group_size - self.attention_layers - self.state_layers
+        return (self.num_groups * self.group_size - self.attention_layers - self.state_layers
+                - self.sliding_layers)
+
+    def sliding_blocks(self, max_model_len: int) -> int:
+        """Blocks one request holds per sliding group (``SlidingWindowSpec``)."""
+        if not self.sliding_groups:
+            return 0
+        tokens = min(self.sliding_window - 1 + self.in_flight_tokens, max_model_len)
+        return cdiv(tokens, self.block_size) + 1
 
     @property
     def bytes_per_block_row(self) -> int:
@@ -130,15 +170,25 @@ class PoolLayout:
     def blocks_per_request(self, max_model_len: int) -> int:
         """Blocks one ``max_model_len`` request needs across every group."""
         return (self.attention_groups * cdiv(max_model_len, self.block_size)
-                + self.state_groups * self.state_blocks)
+                + self.state_groups * self.state_blocks
+                + self.sliding_groups * self.sliding_blocks(max_model_len))
 
     def describe(self) -> str:
         """One line for notes: block, page, groups (and the KV dtype when the checkpoint
         chose it)."""
         note = f"; {self.kv_note}" if self.kv_note else ""
+        if self.sliding_layers:
+            pad = f", {self.padding_layers} padding layers" if self.padding_layers else ""
+            return (f"block {self.block_size} tokens, {self.attention_layers} full-attention + "
+                    f"{self.sliding_layers} sliding-window layers (window "
+                    f"{self.sliding_window}) in {self.num_groups} groups of {self.group_size}"
+                    f"{pad}, {self.page_bytes} B per layer block, a sliding group holds "
+                    f"≤ window − 1 + {self.in_flight_tokens:,} tokens per request; "
+                    f"{self.sliding_note}{note}")
         if not self.state_layers:
+            sliding = f"; {self.sliding_note}" if self.sliding_note else ""
             return (f"block {self.block_size} tokens, {self.attention_layers} attention layers, "
-                    f"{self.page_bytes} B per layer block{note}")
+                    f"{self.page_bytes} B per layer block{sliding}{note}")
         pad = f", {self.padding_layers} padding layers" if self.padding_layers else ""
         return (f"block {self.block_size} tokens, page {self.page_bytes:,} B, "
                 f"{self.attention_layers} attention + {self.state_layers} GDN layers in "
@@ -150,13 +200,32 @@ class PoolLayout:
 def layout(facts: ModelFacts, *, kv_dtype: str | None, num_spec: int = 0, mtp: bool = False,
            prefix_caching: bool = False, tp: int = 1,
            version: tuple[int, ...] = (0, 21), dense_block_size: int = DENSE_BLOCK_SIZE,
+           max_num_batched_tokens: int = 8192, concurrent_batches: int = 1,
+           hybrid_manager: bool = True, hybrid_off_why: str = "",
            ) -> PoolLayout:
     """The pool layout of ``facts`` with these engine settings (``dense_block_size``: the
-    platform's cache block for attention-only models; 16 on CUDA, 128 on the CPU build)."""
+    platform's cache block for attention-only models; 16 on CUDA, 128 on the CPU build).
+    For sliding-window models: ``max_num_batched_tokens`` and ``concurrent_batches`` (2 under
+    async scheduling) bound a sliding group per request; ``hybrid_manager`` off
+    (``hybrid_off_why`` says why) sizes every sliding layer as full attention."""
     per_token = kv_bytes_per_token_layer(facts, kv_dtype, tp)
     _, note = resolve_kv_dtype(facts, kv_dtype)
     # MTP draft layers are full-attention layers of the target model's KV pool.
     attention = facts.full_attention_layers + (facts.mtp_layers if mtp else 0)
+    if facts.sliding and hybrid_manager:
+        return _sliding_layout(facts, attention, per_token, note, version=version,
+                               block=dense_block_size,
+                               max_num_batched_tokens=max_num_batched_tokens,
+                               concurrent_batches=concurrent_batches)
+    if facts.sliding:  # unify_hybrid_kv_cache_specs: sliding layers become full attention
+        return PoolLayout(
+            block_size=dense_block_size, page_bytes=dense_block_size * per_token,
+            attention_layers=attention + facts.sliding_layers, state_layers=0,
+            group_size=attention + facts.sliding_layers, attention_groups=1, state_groups=0,
+            state_blocks=0, mamba_mode="none", kv_note=note,
+            sliding_note=(f"hybrid KV-cache manager off ({hybrid_off_why}): the "
+                          f"{facts.sliding_layers} sliding-window layers are sized as full "
+                          f"attention; {SLIDING_SOURCE_ONLY}"))
     if not facts.hybrid:
         return PoolLayout(block_size=dense_block_size, page_bytes=dense_block_size * per_token,
                           attention_layers=attention, state_layers=0, group_size=attention,
@@ -174,6 +243,28 @@ def layout(facts: ModelFacts, *, kv_dtype: str | None, num_spec: int = 0, mtp: b
                       state_layers=state, group_size=group,
                       attention_groups=cdiv(attention, group), state_groups=cdiv(state, group),
                       state_blocks=state_blocks, mamba_mode=mode, kv_note=note)
+
+
+def _sliding_layout(facts: ModelFacts, attention: int, per_token: int, note: str, *,
+                    version: tuple[int, ...], block: int, max_num_batched_tokens: int,
+                    concurrent_batches: int) -> PoolLayout:
+    """Full + sliding-window groups of the hybrid KV-cache manager (module docstring)."""
+    sliding = facts.sliding_layers
+    small, large = min(attention, sliding), max(attention, sliding)
+    group = large if large < 1.5 * small or not small else small
+    in_flight = max_num_batched_tokens
+    basis = f"T = max_num_batched_tokens {max_num_batched_tokens:,}"
+    if version >= IN_FLIGHT_SINCE:
+        in_flight *= max(concurrent_batches, 1)
+        basis = (f"T = max_in_flight_tokens {in_flight:,} ({max(concurrent_batches, 1)} "
+                 f"× {max_num_batched_tokens:,} batched tokens)")
+    return PoolLayout(block_size=block, page_bytes=block * per_token,
+                      attention_layers=attention, state_layers=0, group_size=group,
+                      attention_groups=cdiv(attention, group), state_groups=0, state_blocks=0,
+                      mamba_mode="none", kv_note=note, sliding_layers=sliding,
+                      sliding_groups=cdiv(sliding, group),
+                      sliding_window=facts.sliding_window or 0, in_flight_tokens=in_flight,
+                      sliding_note=f"hybrid KV-cache manager, {basis}; {SLIDING_SOURCE_ONLY}")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,13 @@ from servefleet.core.errors import ConfigError
 from servefleet.core.kvplan.cpu import KV_BYTES_FLAG, explicit_kv_bytes
 from servefleet.core.kvplan.modelconfig import ModelFacts
 from servefleet.core.kvplan.pool import GIB, PoolFigures, PoolLayout, bytes_for, figures, layout
-from servefleet.core.kvplan.reserve import Reserve, ReserveInputs, estimate, inputs_for
+from servefleet.core.kvplan.reserve import (
+    Reserve,
+    ReserveInputs,
+    default_batch,
+    estimate,
+    inputs_for,
+)
 from servefleet.core.models import Node, Profile
 from servefleet.core.rules.facts import gpu_memory_utilization, weights_gib
 
@@ -104,25 +110,52 @@ def check_kv_quant_known(facts: ModelFacts, profile: Profile) -> None:
         "checkpoint's config.json that carries its quantization_config")
 
 
-def profile_layout(facts: ModelFacts, profile: Profile) -> PoolLayout:
-    """The pool layout of ``profile``'s flags (prefix caching default: on from 0.26)."""
+HYBRID_OFF_FLAGS = {
+    "--disable-hybrid-kv-cache-manager": "--disable-hybrid-kv-cache-manager",
+    "--kv-transfer-config": "a KV connector (--kv-transfer-config)",
+    "--kv-events-config": "KV cache events (--kv-events-config)",
+}
+"""``vllm.extra_args`` that turn vLLM's hybrid KV-cache manager off (``VllmConfig``: a KV
+connector or KV events disable it), and how to say so."""
+
+
+def hybrid_manager_off(profile: Profile) -> str:
+    """Why the hybrid KV-cache manager is off for ``profile`` (empty: it is on)."""
+    for arg in vllm_settings(profile).extra_args:
+        flag = arg.partition("=")[0]
+        if flag in HYBRID_OFF_FLAGS and not arg.endswith("=false"):
+            return f"{HYBRID_OFF_FLAGS[flag]} in vllm.extra_args"
+    return ""
+
+
+def profile_layout(facts: ModelFacts, profile: Profile, node: Node | None = None) -> PoolLayout:
+    """The pool layout of ``profile``'s flags (prefix caching default: on from 0.26) on
+    ``node`` (its default ``max_num_batched_tokens`` bounds sliding-window groups; without a
+    node, the profile's value or 8192)."""
     check_kv_quant_known(facts, profile)
     vllm = vllm_settings(profile)
     spec = vllm.speculative
     prefix = vllm.enable_prefix_caching
     if prefix is None:
         prefix = not facts.hybrid or profile.version >= (0, 26)
+    batched = vllm.max_num_batched_tokens or 8192
+    if node is not None:
+        batched = default_batch(profile, node)[0]
+    off = hybrid_manager_off(profile)
     return layout(facts, kv_dtype=vllm.kv_cache_dtype, tp=vllm.tensor_parallel_size or 1,
                   num_spec=spec.num_speculative_tokens if spec else 0,
                   mtp=bool(spec and spec.is_mtp), prefix_caching=bool(prefix),
-                  version=profile.version)
+                  version=profile.version, max_num_batched_tokens=batched,
+                  concurrent_batches=1 if vllm.async_scheduling is False else 2,
+                  hybrid_manager=not off, hybrid_off_why=off)
 
 
-def measured_available_gib(facts: ModelFacts, calibration: Calibration) -> float:
+def measured_available_gib(facts: ModelFacts, calibration: Calibration,
+                           node: Node | None = None) -> float:
     """The KV memory a measured pool implies (its printed tokens, worked back)."""
     profile = calibration.profile
     _, max_len, _ = _settings(profile)
-    lay = profile_layout(facts, profile)
+    lay = profile_layout(facts, profile, node)
     return bytes_for(lay, max_model_len=max_len, version=profile.version,
                      tokens=calibration.kv_cache_tokens) / GIB
 
@@ -144,7 +177,7 @@ def predict(facts: ModelFacts, profile: Profile, node: Node,
     reserve = None
     if calibration is not None:
         base_util, _, _ = _settings(calibration.profile)
-        available = measured_available_gib(facts, calibration)
+        available = measured_available_gib(facts, calibration, node)
         non_kv = total * base_util - _weights(calibration.profile) - available
         how = (f"calibrated on {calibration.source}: {calibration.kv_cache_tokens:,} tokens "
                f"→ {available:.2f} GiB KV, {non_kv:.2f} GiB activations/graphs")
@@ -159,7 +192,7 @@ def predict(facts: ModelFacts, profile: Profile, node: Node,
     if explicit is not None:  # vLLM takes this budget as it is, whatever the utilization
         available = explicit / GIB
         how = f"{KV_BYTES_FLAG}={explicit:,} in vllm.extra_args: the KV budget as it is"
-    lay = profile_layout(facts, profile)
+    lay = profile_layout(facts, profile, node)
     pool = figures(lay, max(available, 0.0) * GIB, max_len, profile.version)
     headroom = None
     if node.unified_memory:

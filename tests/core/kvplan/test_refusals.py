@@ -149,20 +149,42 @@ def test_gdn_mamba_keys_still_plan(qwen36):
     assert qwen36.hybrid and qwen36.gdn is not None  # mamba_ssm_dtype beside the GDN keys
 
 
+GEMMA4_26B: dict[str, Any] = {  # google/gemma-4-26B-A4B-it (text_config, KV fields)
+    "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+    "text_config": {"model_type": "gemma4_text", "num_hidden_layers": 30,
+                    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+                    "global_head_dim": 512, "num_global_key_value_heads": 2,
+                    "sliding_window": 1024, "hidden_size": 2816,
+                    "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5},
+}
+
+
 @pytest.mark.parametrize(("config", "field", "words"), [
-    (GPT_OSS_120B, "layer_types", "18 of 36 layers are sliding-window attention"),
-    (GEMMA3_27B, "sliding_window", "use_sliding_window is None, not false"),
     (MISTRAL_7B_V01, "sliding_window", "SlidingWindowSpec"),
+    (MISTRAL_7B_V01, "sliding_window", "add layer_types to a copy of the config"),
+    ({**LLAMA31_8B, "interleaved_sliding_window": 4096}, "interleaved_sliding_window",
+     "whose layers the config does not lay out"),
     (GEMMA3N_E4B, "num_kv_shared_layers", "cross-layer KV sharing"),
+    (GEMMA4_26B, "global_head_dim", "own head shape"),
+    ({**GPT_OSS_120B, "layer_types": ["sliding_attention", "linear_attention"] * 18,
+      "linear_num_value_heads": 32}, "layer_types", "either hybrid, not both"),
+    ({**GPT_OSS_120B, "sliding_window": None}, "sliding_window", "not a positive integer"),
     (DEEPSEEK_V3, "kv_lora_rank", "kv_lora_rank + qk_rope_head_dim"),
 ])
-def test_windows_mla_and_shared_kv_are_refused(config, field, words):
+def test_unlaid_windows_mla_and_shared_kv_are_refused(config, field, words):
     text = refused(config)
     assert f"field {field!r}" in text and words in text, text
 
 
-def test_gpt_oss_names_its_sinks():
-    assert "gpt-oss with its attention sinks" in refused(GPT_OSS_120B)
+@pytest.mark.parametrize(("config", "full", "sliding", "window"), [
+    (GPT_OSS_120B, 18, 18, 128),   # layer_types; its sinks are per-head logits, no KV
+    (GEMMA3_27B, 10, 52, 1024),    # no layer_types: Gemma 3's sliding_window_pattern 6
+])
+def test_sliding_window_models_plan(config, full, sliding, window):
+    facts = facts_from_config(config, SRC)
+    assert (facts.full_attention_layers, facts.sliding_layers, facts.sliding_window) == \
+        (full, sliding, window)
+    assert facts.sliding and not facts.hybrid
 
 
 def test_qwen_family_sliding_window_switched_off_still_plans():
