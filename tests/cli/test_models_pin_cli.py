@@ -194,7 +194,7 @@ def test_llama_on_the_5090_is_planned_with_two_commands(pin, run, project, hubs)
     assert "KV pool" in tuned.output and "block 16 tokens, 32 attention layers" in tuned.output
 
 
-def test_gpt_oss_on_the_spark_is_pinned_and_its_sliding_window_refusal_said(
+def test_gpt_oss_on_the_spark_is_pinned_and_planned_with_its_sliding_layers(
         pin, run, project, hubs):
     public, _gated, commits = hubs
     commit = commits[GPT_OSS]
@@ -206,19 +206,22 @@ def test_gpt_oss_on_the_spark_is_pinned_and_its_sliding_window_refusal_said(
     weights = _gib(GPT_OSS_SHARDS)  # the 15 top-level shards, not original/
     assert f"weights {weights:.2f} GiB: 65,830,000,000 bytes" in done.output
     verdict = next(line for line in done.output.splitlines() if line.startswith("planner:"))
-    assert verdict.startswith("planner: refused: field 'layer_types'")
-    assert "18 of 36 layers are sliding-window attention" in verdict
-    assert "gpt-oss with its attention sinks" in verdict
-    assert "read the pool from its first boot's 'GPU KV cache size'" in verdict  # way out
-    assert "model.config not pinned: the planner refuses this config" in done.output
+    assert verdict.startswith("planner: planned: full + sliding-window attention, 18 full + "
+                              "18 sliding layers (window 128, vLLM's hybrid KV-cache manager)")
     model = yaml.safe_load(path.read_text())["model"]
     assert model["revision"] == commit and model["weights_gib"] == weights
-    assert "config" not in model
-    folder = project / "profiles" / "models" / f"openai--gpt-oss-120b@{commit[:12]}"
-    assert json.loads((folder / "config.json").read_text()) == GPT_OSS_CONFIG
+    folder = f"models/openai--gpt-oss-120b@{commit[:12]}"
+    assert model["config"]["file"] == f"{folder}/config.json"
+    assert json.loads((project / "profiles" / folder / "config.json").read_text()) == \
+        GPT_OSS_CONFIG
 
     tuned = run("tune", "gpt-oss", "--node", "dgx-spark-1", "--target-concurrency", "1")
-    assert tuned.exit_code == 1 and "model.config is not set" in tuned.output
+    assert tuned.exit_code == 0, tuned.output
+    util = _overlay(tuned.output)["vllm"]["gpu_memory_utilization"]
+    assert 0.5 < util < 0.9  # 61 GiB of weights + one 131k request of 4.8 GiB on 121.69 GiB
+    assert "18 full-attention + 18 sliding-window layers (window 128) in 2 groups of 18" \
+        in tuned.output
+    assert "not yet checked against a boot" in tuned.output
 
 
 def test_a_pin_by_commit_is_the_same_pin(pin, project, hubs):
@@ -227,10 +230,11 @@ def test_a_pin_by_commit_is_the_same_pin(pin, project, hubs):
     by_commit = pin(f"{GPT_OSS}@{commits[GPT_OSS]}", endpoint=public.url())
     assert by_branch.exit_code == by_commit.exit_code == 0, by_commit.output
     assert by_branch.output.splitlines()[1:] == by_commit.output.splitlines()[1:]
-    # The config the planner refuses is not offered as a pin.
-    assert by_commit.output.splitlines()[-1] == (
+    # The config the planner now plans (sliding-window layers) is offered as a pin.
+    assert by_commit.output.splitlines()[-1].startswith(
         f"pin it in a profile: --profile NAME, or by hand under model: revision: "
-        f"{commits[GPT_OSS]}, weights_gib: {_gib(GPT_OSS_SHARDS)}")
+        f"{commits[GPT_OSS]}, weights_gib: {_gib(GPT_OSS_SHARDS)}, config: {{file: "
+        f"models/openai--gpt-oss-120b@{commits[GPT_OSS][:12]}/config.json, sha256: ")
 
 
 def test_a_wrong_revision_is_a_clear_error(pin, project, hubs):

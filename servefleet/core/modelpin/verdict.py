@@ -74,7 +74,8 @@ def planner_verdict(config: dict[str, Any], source: str,
     notes = _quant_notes(config, text, hf_quant_config)
     try:
         dtype, why = resolve_kv_dtype(facts, None)
-        per_token = kv_bytes_per_token_layer(facts, None) * facts.full_attention_layers
+        per_token_layer = kv_bytes_per_token_layer(facts, None)
+        per_token = per_token_layer * facts.full_attention_layers
     except ConfigError as error:
         return Verdict(True, f"planned with an explicit vllm.kv_cache_dtype only: "
                        f"{' '.join(str(error).split()).removeprefix(source + ': ')}", notes)
@@ -92,6 +93,12 @@ def planner_verdict(config: dict[str, Any], source: str,
                  f"{facts.linear_layers} GDN layers, {_attention_kind(text, facts)}"
                  f"{_experts(text)}{mtp}, {kv} + {_kib(state)} GDN state per layer per "
                  "request")
+    elif facts.sliding:
+        shape = (f"full + sliding-window attention, {facts.full_attention_layers} full + "
+                 f"{facts.sliding_layers} sliding layers (window {facts.sliding_window}, "
+                 f"vLLM's hybrid KV-cache manager), {_attention_kind(text, facts)}"
+                 f"{_experts(text)}{mtp}, {kv} + {_kib(per_token_layer * facts.sliding_layers)}"
+                 "/token held only within the window")
     else:
         shape = (f"dense {_attention_kind(text, facts)}, {facts.full_attention_layers} "
                  f"layers{_experts(text)}{mtp}, {kv}")

@@ -23,6 +23,7 @@ from servefleet.core.modelpin import (
 from servefleet.core.models import Profile
 from tests.core.kvplan.test_refusals import (
     GPT_OSS_120B,
+    MISTRAL_7B_V01,
     LLAMA31_8B,
     MODELOPT_NVFP4,
     NEMOTRON_H_8B,
@@ -85,7 +86,11 @@ def test_the_verdict_is_the_planners_reading_or_its_refusal():
     qwen = planner_verdict(QWEN, SRC)
     assert qwen.text.startswith("planned: hybrid Gated-DeltaNet, 10 attention + 30 GDN layers")
     assert "KV 20 KiB/token (bf16" in qwen.text and "2.05 MiB GDN state" in qwen.text
-    for config, why in ((GPT_OSS_120B, "sliding-window attention"),
+    oss = planner_verdict(GPT_OSS_120B, SRC)
+    assert oss.planned and oss.text.startswith(
+        "planned: full + sliding-window attention, 18 full + 18 sliding layers (window 128, "
+        "vLLM's hybrid KV-cache manager)")
+    for config, why in ((MISTRAL_7B_V01, "sliding-window attention whose layers"),
                         (NEMOTRON_H_8B, "Mamba-2 hybrid")):
         verdict = planner_verdict(config, SRC)
         assert not verdict.planned and verdict.text.startswith("refused: field ")
