@@ -2,7 +2,8 @@
 
 - the pinned ``config.json`` (``model.config``) must be readable and match its sha256;
 - the planner must model it (no Mamba-2/SSM layers other than Gated DeltaNet, no sliding
-  windows, no MLA, no cross-layer KV sharing, a KV dtype it knows), see
+  windows the config does not lay out (sliding layers named by ``layer_types`` or Gemma 3's
+  pattern are planned), no MLA, no cross-layer KV sharing, a KV dtype it knows), see
   :mod:`servefleet.core.kvplan.modelconfig`;
 - the weights' size must be known (the pool is what they leave);
 - the profile's own pool on its node must hold one request of ``max_model_len``;
