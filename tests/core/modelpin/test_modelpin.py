@@ -23,8 +23,8 @@ from servefleet.core.modelpin import (
 from servefleet.core.models import Profile
 from tests.core.kvplan.test_refusals import (
     GPT_OSS_120B,
-    MISTRAL_7B_V01,
     LLAMA31_8B,
+    MISTRAL_7B_V01,
     MODELOPT_NVFP4,
     NEMOTRON_H_8B,
 )
