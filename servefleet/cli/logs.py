@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import click
 
 from servefleet.cli.main import CliContext
+from servefleet.cli.node_group import NodeOrSubcommandGroup
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -135,24 +136,8 @@ def node_logs_command(obj: CliContext, node: str, deployment: str, follow: bool,
         pass
 
 
-class LogsGroup(click.Group):
-    """``logs``: sub-commands (``parse FILE``) plus ``logs NODE`` for a node's engine log."""
-
-    def __init__(self, *args: Any, node_command: click.Command, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.node_command = node_command
-
-    def resolve_command(self, ctx: click.Context,
-                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
-            return self.node_command.name, self.node_command, args
-        return super().resolve_command(ctx, args)
-
-    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage(ctx.command_path, "NODE [--follow] | COMMAND [ARGS]...")
-
-
-@click.group("logs", cls=LogsGroup, node_command=node_logs_command)
+@click.group("logs", cls=NodeOrSubcommandGroup, node_command=node_logs_command,
+             usage="NODE [--follow] | COMMAND [ARGS]...")
 def logs_group() -> None:
     """Read engine boot logs (vLLM, SGLang, llama.cpp).
 

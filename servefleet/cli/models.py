@@ -11,11 +11,12 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from servefleet.cli.main import CliContext
+from servefleet.cli.node_group import NodeOrSubcommandGroup
 from servefleet.cli.rollout_common import console
 
 if TYPE_CHECKING:
@@ -81,24 +82,8 @@ def models_command(obj: CliContext, node: str, prune: bool, as_json: bool) -> No
         sys.exit(1)
 
 
-class ModelsGroup(click.Group):
-    """``models``: sub-commands (``pin REPO``) plus ``models NODE`` for a node's weights."""
-
-    def __init__(self, *args: Any, node_command: click.Command, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.node_command = node_command
-
-    def resolve_command(self, ctx: click.Context,
-                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
-            return self.node_command.name, self.node_command, args
-        return super().resolve_command(ctx, args)
-
-    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage(ctx.command_path, "NODE [--prune] | pin REPO[@REVISION] ...")
-
-
-@click.group("models", cls=ModelsGroup, node_command=models_command)
+@click.group("models", cls=NodeOrSubcommandGroup, node_command=models_command,
+             usage="NODE [--prune] | pin REPO[@REVISION] ...")
 def models_group() -> None:
     """Model weights and checkpoints.
 
