@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -211,25 +212,27 @@ def write(project_dir: Path, nodes: list[tuple[NodeSpec, NodeLayout, str]],
     known: list[str] = []
     for spec, node, host_key in sorted(nodes, key=lambda item: item[0].index):
         override = override_file(project_dir, spec.name)
-        _write_if_changed(override, render_override(spec, node, installs))
+        write_if_changed(override, render_override(spec, node, installs))
         document = node_document(spec, node, client_key=client_key, host_key=host_key,
                                  override=override.relative_to(project_dir),
                                  installs=installs)
         path = node_file(project_dir, spec.name)
-        _write_if_changed(path, HEADER + yaml.safe_dump(document, sort_keys=False, width=200))
+        write_if_changed(path, HEADER + yaml.safe_dump(document, sort_keys=False, width=200))
         written += [override, path]
         known += known_hosts_lines(spec, host_key)
     hosts = known_hosts_file(project_dir)
-    _write_if_changed(hosts, "\n".join(known) + "\n")
+    write_if_changed(hosts, "\n".join(known) + "\n")
     written.append(hosts)
     return written
 
 
-def _write_if_changed(path: Path, text: str) -> None:
-    # Unchanged files keep their mtime, so a warm `sim up` does not look like an edit.
+def write_if_changed(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` in one rename, so a reader (another process loading the
+    project) sees the old file or the new one, never a half-written one. Unchanged files
+    keep their mtime, so a warm `sim up` does not look like an edit."""
     if path.is_file() and path.read_text() == text:
         return
-    partial = path.with_name(f".{path.name}.partial")
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_text(text)
     partial.rename(path)
 

@@ -138,7 +138,8 @@ class FleetHandle:
         sim["engines"] = {engine: doc for engine, doc in real.items() if engine not in wanted}
         document["sim"] = sim
         header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
-        path.write_text(header + yaml.safe_dump(document, sort_keys=False, width=200))
+        inventory.write_if_changed(
+            path, header + yaml.safe_dump(document, sort_keys=False, width=200))
 
     def ssh_argv(self, name: str, command: str) -> list[str]:
         """The real ``ssh`` client's argv for ``command`` on node ``name``."""
