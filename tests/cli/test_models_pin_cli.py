@@ -221,7 +221,7 @@ def test_gpt_oss_on_the_spark_is_pinned_and_planned_with_its_sliding_layers(
     assert 0.5 < util < 0.9  # 61 GiB of weights + one 131k request of 4.8 GiB on 121.69 GiB
     assert "18 full-attention + 18 sliding-window layers (window 128) in 2 groups of 18" \
         in tuned.output
-    assert "not yet checked against a boot" in tuned.output
+    assert "checked against real boots: gpt-oss (vLLM 0.13, GB10; 0.26.0, H200)" in tuned.output
 
 
 def test_a_pin_by_commit_is_the_same_pin(pin, project, hubs):

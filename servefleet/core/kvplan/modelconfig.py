@@ -101,6 +101,9 @@ class ModelFacts:
     ``full_attention_layers``."""
     sliding_window: int | None = None
     """Their window in tokens (``sliding_window``)."""
+    moe: bool = False
+    """Mixture-of-experts MLPs (``num_experts``/``num_local_experts``): vLLM keeps such models
+    on its V1 model runner (:func:`servefleet.core.kvplan.reserve.v2_model_runner`)."""
 
     @property
     def hybrid(self) -> bool:
@@ -364,6 +367,8 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
         max_position_embeddings=max_pos if isinstance(max_pos, int) else None,
         sliding_layers=sliding,
         sliding_window=int(text["sliding_window"]) if sliding else None,
+        moe=any(isinstance(text.get(key), int) and text[key] > 0
+                for key in ("num_experts", "num_local_experts", "n_routed_experts")),
     )
 
 

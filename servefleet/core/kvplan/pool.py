@@ -16,7 +16,7 @@ the last group), every group shares the pool's ``num_blocks = avail // page // g
 a full group needs ``cdiv(max_model_len, block)`` blocks per request and a sliding group
 ``cdiv(min(sliding_window − 1 + T, max_model_len), block) + 1``
 (``SlidingWindowSpec.max_memory_usage_bytes``), where ``T`` is ``max_num_batched_tokens``
-and, in 0.29.0's source, ``max_in_flight_tokens`` (two batches under async scheduling).
+and, from 0.26.0, ``max_in_flight_tokens`` (two batches under async scheduling).
 With the hybrid manager disabled (``--disable-hybrid-kv-cache-manager``, a KV connector or
 KV events: ``unify_hybrid_kv_cache_specs``) every sliding layer is sized as full attention:
 one group, the dense pool.
@@ -38,17 +38,16 @@ TURBOQUANT_SLOT = {"turboquant_k8v4": 388, "turboquant_4bit_nc": 262, "turboquan
 """Bytes per KV head per token (K and V together), ``TQFullAttentionSpec`` slot sizes."""
 NEW_REPORT = (0, 21)
 """From this version ``GPU KV cache size`` is ``int(max_concurrency × max_model_len)``."""
-IN_FLIGHT_SINCE = (0, 29)
+IN_FLIGHT_SINCE = (0, 26)
 """From here a sliding group's per-request bound counts ``max_in_flight_tokens``
 (``max_concurrent_batches × max_num_batched_tokens``, 2 batches under async scheduling)
-instead of ``max_num_batched_tokens``: read in vLLM 0.29.0's
-``SlidingWindowSpec.max_admission_blocks_per_request`` and checked against 0.29.0 boots of
-Gemma 4 (a 25-layer sliding reservation of 1.235 GB at 2,496 batched tokens). The change
-(vllm-project/vllm#47728, merged 2026-07-06) may already be in some earlier releases; before
-0.29 the planner assumes ``max_num_batched_tokens``, which holds for 0.13 (the GB10 gpt-oss
-fixture)."""
-SLIDING_SOURCE_ONLY = ("sliding-window sizing from vLLM source; gpt-oss checked against one "
-                       "boot (vLLM 0.13, GB10), Gemma 3 not yet checked against a boot")
+instead of ``max_num_batched_tokens`` (vllm-project/vllm#47728): read in the 0.25.1 and
+0.26.0 wheels (``SlidingWindowSpec.max_memory_usage_bytes``: one batch in 0.25.1, in-flight
+tokens in 0.26.0) and reproduced to the token by two real 0.26.0 boots on an H200
+(gpt-oss-20b's shapes, 2,477,616 tokens; Gemma 3 27B's, 234,148 tokens). Before 0.26 one
+batch, which the 0.13 GB10 gpt-oss boot shows as well."""
+SLIDING_SOURCE_ONLY = ("sliding-window sizing from vLLM source, checked against real boots: "
+                       "gpt-oss (vLLM 0.13, GB10; 0.26.0, H200) and Gemma 3 (0.26.0, H200)")
 """What backs a sliding-window layout, said with every plan of one."""
 
 

@@ -128,8 +128,21 @@ def hybrid_manager_off(profile: Profile) -> str:
     return ""
 
 
+HYBRID_PREFIX_CACHING_SINCE = (0, 28)
+"""From here ``vllm serve`` turns prefix caching on by default for hybrid (Gated-DeltaNet,
+Mamba) models, which puts their state in mamba cache mode ``align`` (more state blocks per
+request). Up to 0.27 ``_set_default_chunked_prefill_and_prefix_caching_args`` keeps it off
+for them: in 0.25.1 ``ModelConfig.is_prefix_caching_supported`` says no for hybrids, in
+0.26.0 it says yes but ``EngineArgs`` still excludes ``is_hybrid`` (both wheels read; the
+real 0.26.0 boot of Qwen3.6's text model on an H200 prints ``enable_prefix_caching=False``
+and its pool is reproduced with mode ``none``). vllm-project/vllm#50991 ("[Mamba] enable
+prefix cache by default", merged 2026-08-04) drops the exclusion; vllm-project/vllm-metal#651
+records it as the 0.28.0 default."""
+
+
 def profile_layout(facts: ModelFacts, profile: Profile, node: Node | None = None) -> PoolLayout:
-    """The pool layout of ``profile``'s flags (prefix caching default: on from 0.26) on
+    """The pool layout of ``profile``'s flags (prefix caching default: on, for hybrid models
+    from :data:`HYBRID_PREFIX_CACHING_SINCE`) on
     ``node`` (its default ``max_num_batched_tokens`` bounds sliding-window groups; without a
     node, the profile's value or 8192)."""
     check_kv_quant_known(facts, profile)
@@ -137,7 +150,7 @@ def profile_layout(facts: ModelFacts, profile: Profile, node: Node | None = None
     spec = vllm.speculative
     prefix = vllm.enable_prefix_caching
     if prefix is None:
-        prefix = not facts.hybrid or profile.version >= (0, 26)
+        prefix = not facts.hybrid or profile.version >= HYBRID_PREFIX_CACHING_SINCE
     batched = vllm.max_num_batched_tokens or 8192
     if node is not None:
         batched = default_batch(profile, node)[0]

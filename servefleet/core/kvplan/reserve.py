@@ -10,9 +10,11 @@ drives it, each term from a source:
   is about three times a discrete card's.
 - **activations**: the dummy forward at ``max_num_batched_tokens``, at
   :attr:`ModelFacts.activation_bytes_per_token` per batched token (fused-MoE caches).
-- **CUDA graphs**: from 0.20 (before, only with ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``)
-  vLLM subtracts its graph estimate; the graphs are counted from vLLM's own capture sizes
-  (up to ``min(2 × max_num_seqs × (1 + spec), 512)``; FULL decode graphs up to
+- **CUDA graphs**: from 0.20 (before, only with
+  ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``) vLLM's V1 model runner subtracts its graph
+  estimate (the V2 runner, dense models' default, does not: :func:`v2_model_runner`); the
+  graphs are counted from vLLM's own capture sizes (up to
+  ``min(2 × max_num_seqs × (1 + spec), 512)``; FULL decode graphs up to
   ``max_num_seqs × (1 + spec)``), which reproduces the counts the boot logs print
   (11 + 7 at 32 sequences; 33 + 17 with MTP 3). A FULL graph holds the attention buffers and
   costs far more than a PIECEWISE one.
@@ -61,6 +63,15 @@ CAPTURE_CAP = 512
 GRAPH_PROFILING_SINCE = (0, 20)
 """vLLM subtracts its CUDA-graph estimate from the budget from 0.20 (the 0.19.1 log: "In
 v0.19, CUDA graph memory profiling will be enabled by default"; the 0.20.0 log: enabled)."""
+V2_RUNNER_SINCE = (0, 25)
+"""Dense models (no MoE, no linear-attention state) run vLLM's V2 model runner by default:
+``VllmConfig._is_default_v2_model_runner_model`` in the 0.25.1 and 0.26.0 wheels. Its
+profiling leaves CUDA graphs out of the KV budget: the real 0.26.0 H200 boots of Llama 3.1
+8B's, Qwen3-32B's and Gemma 3 27B's shapes print no "Profiling CUDA graph memory" line and
+their budgets close on weights + peak activation + non-torch alone (graphs 0.98, 1.87 and
+1.33 GiB captured afterwards, outside it), while the MoE and hybrid boots beside them
+subtract 0.53–0.74 GiB. Releases before 0.25 are not checked: the planner gives them the V1
+runner."""
 GB10_SMALL_TIER_SINCE = (0, 25)
 """From here a GB10 gets the small batch tier (2048 batched tokens, 256 sequences) whatever
 its memory (the 0.25.1 fixture compiles for (1, 2048); 0.33.0 ``get_batch_defaults``)."""
@@ -79,6 +90,8 @@ class ReserveInputs:
     attention_backend: str
     graph_profiling: bool
     activation_bytes_per_token: int
+    v2_runner: bool = False
+    """The V2 model runner (dense models from 0.25), which leaves graphs out of the budget."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +122,9 @@ class Reserve:
         if self.inputs.graph_profiling:
             parts.append(f"{self.graphs:.2f} GiB CUDA graphs ({self.piecewise_graphs} PIECEWISE "
                          f"+ {self.full_graphs} FULL, {self.inputs.cudagraph_mode})")
+        elif self.inputs.v2_runner:
+            parts.append("CUDA graphs outside the budget (a dense model: vLLM's V2 model "
+                         "runner captures them after sizing the pool)")
         else:
             parts.append("CUDA graphs outside the budget (no graph memory profiling before "
                          f"{'.'.join(map(str, GRAPH_PROFILING_SINCE))})")
@@ -168,8 +184,24 @@ def default_batch(profile: Profile, node: Node) -> tuple[int, int]:
     return tokens, min(seqs, tokens)
 
 
-def graph_profiling(profile: Profile) -> bool:
-    """Whether vLLM subtracts its CUDA-graph estimate from the budget."""
+def v2_model_runner(profile: Profile, facts: ModelFacts) -> bool:
+    """Whether ``profile`` runs vLLM's V2 model runner: ``VLLM_USE_V2_MODEL_RUNNER`` when set,
+    else by default for dense models from :data:`V2_RUNNER_SINCE`, unless a feature V2 lacks
+    sends it back to V1 (n-gram speculation; ``_get_v2_model_runner_unsupported_features``)."""
+    flag = profile.env.get("VLLM_USE_V2_MODEL_RUNNER")
+    if flag is not None:
+        return flag.strip().lower() in ("1", "true")
+    if profile.version < V2_RUNNER_SINCE or facts.moe or facts.hybrid:
+        return False
+    spec = profile.speculative
+    return not (spec and spec.method in ("ngram", "ngram_gpu"))
+
+
+def graph_profiling(profile: Profile, facts: ModelFacts | None = None) -> bool:
+    """Whether vLLM subtracts its CUDA-graph estimate from the budget (``facts``: the model,
+    whose kind decides the model runner; without it the V1 runner is assumed)."""
+    if facts is not None and v2_model_runner(profile, facts):
+        return False
     flag = profile.env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
     if flag is not None:
         return flag.strip() == "1"
@@ -189,5 +221,6 @@ def inputs_for(facts: ModelFacts, profile: Profile, node: Node) -> ReserveInputs
         max_num_batched_tokens=tokens, max_num_seqs=seqs,
         num_spec=spec.num_speculative_tokens if spec else 0,
         cudagraph_mode=derive_expectations(profile, node).cudagraph_mode,
-        attention_backend=backend, graph_profiling=graph_profiling(profile),
+        attention_backend=backend, graph_profiling=graph_profiling(profile, facts),
+        v2_runner=v2_model_runner(profile, facts),
         activation_bytes_per_token=facts.activation_bytes_per_token)

@@ -80,15 +80,15 @@ def test_gpt_oss_120b_layout_and_the_report_in_both_meanings():
     assert figures(lay, 20 * GIB, 131072, (0, 20)).kv_cache_tokens == 36_408 // 2 * 16
 
 
-def test_the_in_flight_bound_from_0_29():
+def test_the_in_flight_bound_from_0_26():
     facts = facts_from_config(GPT_OSS_120B, SRC)
-    old = layout(facts, kv_dtype="auto", version=(0, 28), max_num_batched_tokens=2048,
+    old = layout(facts, kv_dtype="auto", version=(0, 25, 1), max_num_batched_tokens=2048,
                  concurrent_batches=2)
-    new = layout(facts, kv_dtype="auto", version=(0, 29), max_num_batched_tokens=2048,
+    new = layout(facts, kv_dtype="auto", version=(0, 26), max_num_batched_tokens=2048,
                  concurrent_batches=2)
     assert old.sliding_blocks(131072) == 137  # cdiv(127 + 2048, 16) + 1
     assert new.sliding_blocks(131072) == 265  # cdiv(127 + 4096, 16) + 1
-    sync = layout(facts, kv_dtype="auto", version=(0, 29), max_num_batched_tokens=2048,
+    sync = layout(facts, kv_dtype="auto", version=(0, 26), max_num_batched_tokens=2048,
                   concurrent_batches=1)
     assert sync.sliding_blocks(131072) == 137
     assert new.sliding_blocks(1024) == cdiv_plus(1024)  # never more than max_model_len
@@ -110,7 +110,7 @@ def test_gemma3_from_its_sliding_window_pattern_source_only():
         (131072, 10, 7, 8)
     assert lay.sliding_blocks(131072) == -(-(1023 + 8192) // 16) + 1 == 577
     assert lay.blocks_per_request(131072) == 8192 + 6 * 577
-    assert "Gemma 3 not yet checked against a boot" in lay.describe()
+    assert "Gemma 3 (0.26.0, H200)" in lay.describe()
     explicit = dict(GEMMA3_27B, text_config=dict(
         GEMMA3_27B["text_config"],
         layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 10

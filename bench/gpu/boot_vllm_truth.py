@@ -1,0 +1,98 @@
+"""Boot real vLLM on this machine's GPU once per model of :mod:`truth_models`; keep each log.
+
+Runs where a CUDA GPU and vLLM are (``python3 -m vllm.entrypoints.cli.main`` must import);
+standard library only. For each model named (default: all, in boot order) it writes
+``WORK/<name>/config.json``, starts ``vllm serve`` with ``--load-format dummy`` (full-size
+weights, randomly initialised: no checkpoint is read) and ``--skip-tokenizer-init``, waits
+until ``/health`` answers 200, the server exits, or ``--timeout`` passes, then stops it with
+SIGTERM and writes ``OUT/<name>.log`` (stdout and stderr, as written) and
+``OUT/<name>.json`` (argv, seconds to ready, exit status).
+
+    python3 bench/gpu/boot_vllm_truth.py --out "$OUT" qwen36-text-next llama31-8b
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from truth_models import MAX_MODEL_LEN, MODELS
+
+PORT = 18200
+ENV = {
+    "PYTHONUNBUFFERED": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+    "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+"""Added to the machine's environment: offline, no usage report, FlashInfer's sampler off
+(FlashInfer is not installed), NVLink multicast off."""
+
+
+def healthy() -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+def boot(name: str, work: Path, out: Path, timeout: float) -> dict[str, object]:
+    """Boot ``name`` once; its record."""
+    folder = work / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(MODELS[name](), indent=1) + "\n")
+    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(folder),
+            "--served-model-name", name, "--load-format", "dummy", "--skip-tokenizer-init",
+            "--max-model-len", str(MAX_MODEL_LEN), "--host", "127.0.0.1", "--port", str(PORT)]
+    started = time.monotonic()
+    record: dict[str, object] = {"model": name, "argv": argv[1:], "env": ENV}
+    with (out / f"{name}.log").open("wb") as log:
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **ENV}, start_new_session=True)
+        ready = None
+        while time.monotonic() - started < timeout and server.poll() is None:
+            if healthy():
+                ready = time.monotonic() - started
+                break
+            time.sleep(0.5)
+        record["ready_s"] = round(ready, 1) if ready is not None else None
+        record["exited_before_ready"] = server.poll()
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+        record["exit"] = server.returncode
+        record["seconds"] = round(time.monotonic() - started, 1)
+    (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps(record), flush=True)
+    return record
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/sf-truth"))
+    parser.add_argument("--timeout", type=float, default=240.0,
+                        help="seconds one boot may take before it is stopped")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    records = [boot(name, args.work, args.out, args.timeout) for name in args.models]
+    return 0 if all(r["ready_s"] is not None for r in records) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

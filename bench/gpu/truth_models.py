@@ -1,0 +1,141 @@
+"""Full-size model configs for booting real vLLM with dummy weights on a real GPU.
+
+Each builder returns a Hugging Face ``config.json`` (dict) with the shapes of a published
+checkpoint, written from its model card's configuration: what vLLM sizes its KV pool from
+(layers, KV heads, head size, layer types, sliding window, MoE shapes, dtype). With
+``--load-format dummy`` vLLM allocates and randomly initialises every weight of that shape,
+so the memory it profiles is the checkpoint's. The planner is checked against these boots;
+it was fitted on none of them (its reserve was fitted on Qwen3.6-35B-A3B on a GB10 and an
+RTX 5090, :mod:`servefleet.core.kvplan.reserve`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+MAX_MODEL_LEN = 32768
+"""Every boot's ``--max-model-len`` (within each model's ``max_position_embeddings``)."""
+
+
+def llama31_8b() -> dict[str, Any]:
+    """Llama-3.1-8B: dense, 32 layers, GQA 32/8, head 128."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "hidden_act": "silu", "rms_norm_eps": 1e-5, "vocab_size": 128256,
+        "max_position_embeddings": 131072, "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+        "bos_token_id": 128000, "eos_token_id": 128009, "torch_dtype": "bfloat16",
+    }
+
+
+def qwen3_32b() -> dict[str, Any]:
+    """Qwen3-32B: dense, 64 layers, GQA 64/8, head 128."""
+    return {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+        "hidden_size": 5120, "intermediate_size": 25600, "num_hidden_layers": 64,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+        "hidden_act": "silu", "rms_norm_eps": 1e-6, "vocab_size": 151936,
+        "max_position_embeddings": 40960, "rope_theta": 1000000.0,
+        "tie_word_embeddings": False, "attention_bias": False,
+        "bos_token_id": 151643, "eos_token_id": 151645, "torch_dtype": "bfloat16",
+    }
+
+
+def qwen3_30b_a3b() -> dict[str, Any]:
+    """Qwen3-30B-A3B: MoE (128 experts, 8 active, 768 wide), 48 layers, GQA 32/4."""
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+        "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+        "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+        "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+        "hidden_act": "silu", "rms_norm_eps": 1e-6, "vocab_size": 151936,
+        "max_position_embeddings": 40960, "rope_theta": 1000000.0,
+        "tie_word_embeddings": False, "attention_bias": False,
+        "bos_token_id": 151643, "eos_token_id": 151645, "torch_dtype": "bfloat16",
+    }
+
+
+def gemma3_27b_text() -> dict[str, Any]:
+    """Gemma 3 27B's language model: 62 layers, five sliding (1,024 tokens) to one full."""
+    layers = 62
+    return {
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+        "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": layers,
+        "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+        "query_pre_attn_scalar": 168, "sliding_window": 1024,
+        "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                        for i in range(layers)],
+        "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6,
+        "vocab_size": 262208, "max_position_embeddings": 131072,
+        "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        "final_logit_softcapping": None, "attn_logit_softcapping": None,
+        "tie_word_embeddings": True, "attention_bias": False,
+        "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "bfloat16",
+    }
+
+
+def qwen36_text_as_next() -> dict[str, Any]:
+    """Qwen3.6-35B-A3B's language model (the pinned ``text_config``: 40 layers, one full
+    attention layer in four, Gated DeltaNet between, 256 experts) as vLLM's text-only
+    ``Qwen3NextForCausalLM``, which runs the same layer kinds without the vision tower."""
+    layers = 40
+    return {
+        "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+        "hidden_size": 2048, "intermediate_size": 5120, "num_hidden_layers": layers,
+        "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+        "partial_rotary_factor": 0.25, "full_attention_interval": 4,
+        "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention"
+                        for i in range(layers)],
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1,
+        "mlp_only_layers": [], "norm_topk_prob": True,
+        "hidden_act": "silu", "rms_norm_eps": 1e-6, "vocab_size": 248320,
+        "max_position_embeddings": 262144, "rope_theta": 10000000.0,
+        "tie_word_embeddings": False,
+        "bos_token_id": 248044, "eos_token_id": 248046, "torch_dtype": "bfloat16",
+    }
+
+
+def gpt_oss_20b_bf16() -> dict[str, Any]:
+    """gpt-oss-20b's shapes in bf16 (no MXFP4 quantization): 24 layers alternating
+    sliding (128 tokens) and full attention, 32 experts, 4 active."""
+    layers = 24
+    return {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+        "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": layers,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+        "num_local_experts": 32, "num_experts_per_tok": 4, "experts_per_token": 4,
+        "sliding_window": 128,
+        "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention"
+                        for i in range(layers)],
+        "swiglu_limit": 7.0, "attention_bias": True, "hidden_act": "silu",
+        "rms_norm_eps": 1e-5, "vocab_size": 201088, "max_position_embeddings": 131072,
+        "rope_theta": 150000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False,
+                         "original_max_position_embeddings": 4096},
+        "initial_context_length": 4096, "tie_word_embeddings": False,
+        "bos_token_id": 199998, "eos_token_id": 200002, "pad_token_id": 199999,
+        "torch_dtype": "bfloat16",
+    }
+
+
+MODELS: dict[str, Callable[[], dict[str, Any]]] = {
+    "qwen36-text-next": qwen36_text_as_next,
+    "qwen3-30b-a3b": qwen3_30b_a3b,
+    "llama31-8b": llama31_8b,
+    "gemma3-27b-text": gemma3_27b_text,
+    "qwen3-32b": qwen3_32b,
+    "gpt-oss-20b-bf16": gpt_oss_20b_bf16,
+}
+"""Boot order: the reference fleet's own model first, the least certain to boot last."""
