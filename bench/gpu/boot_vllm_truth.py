@@ -1,7 +1,8 @@
 """Boot real vLLM on this machine's GPU once per model of :mod:`truth_models`; keep each log.
 
 Runs where a CUDA GPU and vLLM are (``python3 -m vllm.entrypoints.cli.main`` must import);
-standard library only. For each model named (default: all, in boot order) it writes
+standard library only. For each model named (default: every one of ``MODELS``, in boot
+order; ``VARIANTS`` name the same models with other settings) it writes
 ``WORK/<name>/config.json``, starts ``vllm serve`` with ``--load-format dummy`` (full-size
 weights, randomly initialised: no checkpoint is read) and ``--skip-tokenizer-init``, waits
 until ``/health`` answers 200, the server exits, or ``--timeout`` passes, then stops it with
@@ -25,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from truth_models import MAX_MODEL_LEN, MODELS
+from truth_models import MAX_MODEL_LEN, MODELS, VARIANTS
 
 PORT = 18200
 ENV = {
@@ -48,12 +49,14 @@ def healthy() -> bool:
 
 def boot(name: str, work: Path, out: Path, timeout: float) -> dict[str, object]:
     """Boot ``name`` once; its record."""
-    folder = work / name
+    model, extra = VARIANTS.get(name, (name, ()))
+    folder = work / model
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(MODELS[name](), indent=1) + "\n")
+    (folder / "config.json").write_text(json.dumps(MODELS[model](), indent=1) + "\n")
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(folder),
             "--served-model-name", name, "--load-format", "dummy", "--skip-tokenizer-init",
-            "--max-model-len", str(MAX_MODEL_LEN), "--host", "127.0.0.1", "--port", str(PORT)]
+            "--max-model-len", str(MAX_MODEL_LEN), *extra,
+            "--host", "127.0.0.1", "--port", str(PORT)]
     started = time.monotonic()
     record: dict[str, object] = {"model": name, "argv": argv[1:], "env": ENV}
     with (out / f"{name}.log").open("wb") as log:
@@ -83,7 +86,8 @@ def boot(name: str, work: Path, out: Path, timeout: float) -> dict[str, object]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("models", nargs="*", default=list(MODELS),
+                        choices=[*MODELS, *VARIANTS])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--work", type=Path, default=Path("/tmp/sf-truth"))
     parser.add_argument("--timeout", type=float, default=240.0,

@@ -139,3 +139,13 @@ MODELS: dict[str, Callable[[], dict[str, Any]]] = {
     "gpt-oss-20b-bf16": gpt_oss_20b_bf16,
 }
 """Boot order: the reference fleet's own model first, the least certain to boot last."""
+
+
+VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "qwen36-text-next-u80-b2048": ("qwen36-text-next", (
+        "--gpu-memory-utilization", "0.80", "--max-num-batched-tokens", "2048",
+        "--max-num-seqs", "64")),
+    "llama31-8b-fp8kv-s128": ("llama31-8b", ("--kv-cache-dtype", "fp8", "--max-num-seqs", "128")),
+}
+"""Boots of a model of :data:`MODELS` with settings other than vLLM's defaults: name →
+(model, extra ``vllm serve`` arguments)."""

@@ -43,6 +43,10 @@ class Boot:
     available_gib: float
     tokens: int
     concurrency: float
+    model: str = ""
+    """The ``<model>.config.json`` it served (default: :attr:`name`)."""
+    vllm: tuple[tuple[str, object], ...] = ()
+    """The profile's ``vllm:`` settings besides ``max_model_len`` (its extra flags)."""
 
 
 BOOTS = (
@@ -52,6 +56,11 @@ BOOTS = (
     Boot("gemma3-27b-text", 50.74, 74.86, 234_148, 7.15),
     Boot("qwen3-32b", 61.03, 65.75, 269_312, 8.22),
     Boot("gpt-oss-20b-bf16", 39.15, 85.31, 2_477_616, 75.61),
+    Boot("qwen36-text-next-u80-b2048", 64.61, 45.71, 2_255_360, 68.83, "qwen36-text-next",
+         (("gpu_memory_utilization", 0.80), ("max_num_batched_tokens", 2048),
+          ("max_num_seqs", 64))),
+    Boot("llama31-8b-fp8kv-s128", 15.04, 112.25, 1_839_136, 56.13, "llama31-8b",
+         (("kv_cache_dtype", "fp8"), ("max_num_seqs", 128))),
 )
 
 H200 = Node.model_validate({
@@ -78,14 +87,15 @@ def printed(log: str) -> dict[str, float]:
 
 def plan(boot: Boot) -> Prediction:
     """The planner's cold prediction for the boot's model and settings on :data:`H200`."""
-    config = json.loads((DATA / f"{boot.name}.config.json").read_text())
-    facts = facts_from_config(config, f"{boot.name}.config.json")
+    model = boot.model or boot.name
+    config = json.loads((DATA / f"{model}.config.json").read_text())
+    facts = facts_from_config(config, f"{model}.config.json")
     profile = Profile.model_validate({
         "name": boot.name, "engine": "vllm", "engine_version": VERSION,
         "image": {"ref": f"vllm/vllm-openai:v{VERSION}", "digest": "sha256:" + "ab" * 32},
         "model": {"id": f"example/{boot.name}", "served_name": boot.name,
                   "weights_gib": boot.weights_gib},
-        "vllm": {"max_model_len": MAX_MODEL_LEN}})
+        "vllm": {"max_model_len": MAX_MODEL_LEN, **dict(boot.vllm)}})
     return predict(facts, profile, H200)
 
 
@@ -110,7 +120,11 @@ def test_the_node_and_defaults_are_the_boots_own(boot: tuple[Boot, str]) -> None
     assert planned.total_gib == seen["total"]
     assert planned.utilization == seen["utilization"]
     assert planned.reserve is not None
-    assert f"max_num_batched_tokens={planned.reserve.inputs.max_num_batched_tokens}" in log
+    # "Chunked prefill is enabled with max_num_batched_tokens=N" when vLLM chose it; the
+    # non-default args line when the flag set it.
+    batched = planned.reserve.inputs.max_num_batched_tokens
+    assert (f"max_num_batched_tokens={batched}" in log
+            or f"'max_num_batched_tokens': {batched}" in log)
 
 
 def test_the_layout_reproduces_each_printed_pool(boot: tuple[Boot, str]) -> None:
