@@ -72,9 +72,14 @@ their budgets close on weights + peak activation + non-torch alone (graphs 0.98,
 1.33 GiB captured afterwards, outside it), while the MoE and hybrid boots beside them
 subtract 0.53–0.74 GiB. Releases before 0.25 are not checked: the planner gives them the V1
 runner."""
-GB10_SMALL_TIER_SINCE = (0, 25)
-"""From here a GB10 gets the small batch tier (2048 batched tokens, 256 sequences) whatever
-its memory (the 0.25.1 fixture compiles for (1, 2048); 0.33.0 ``get_batch_defaults``)."""
+GB10_SMALL_TIER_SINCE = (0, 13)
+"""From here (at least; earlier releases are not checked) a GB10 gets the small batch tier
+(2048 batched tokens, 256 sequences) whatever its memory. ``get_batch_defaults`` sizes the
+tier from NVML's total memory, which a GB10 does not report (unified memory:
+``nvmlDeviceGetMemoryInfo`` is not supported), so its ``except`` leaves 0 and the small tier
+follows: read in the 0.13.0 and 0.25.1 wheels, and seen in real GB10 boots of 0.13.0
+(gpt-oss, ``max_num_batched_tokens=2048``) and 0.25.1 (compiled for (1, 2048)); 0.33.0
+names the GB10 in ``get_batch_defaults`` outright."""
 
 
 @dataclass(frozen=True)

@@ -83,3 +83,30 @@ def test_graph_memory_is_in_the_budget_from_0_20_or_when_the_env_asks():
     assert at("0.20.0") and not at("0.19.1")
     assert at("0.19.1", VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS="1")
     assert not at("0.21.0", VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS="0")
+
+
+def test_a_gb10_gets_the_small_batch_tier_from_0_13_as_its_real_boots_show():
+    """vLLM sizes the default batch from NVML's total memory, which a GB10 does not report:
+    the 0.13.0 GB10 boot of gpt-oss runs ``max_num_batched_tokens=2048``
+    (``data/real-logs``), and so does every later release; an H200 gets the large tier."""
+    from servefleet.core.kvplan.reserve import default_batch
+    from servefleet.core.models import Node
+
+    shipped = load_profiles(ROOT)[0]["qwen36-w8a16"]
+    data = shipped.model_dump(exclude_none=True)
+    data["vllm"].pop("max_num_batched_tokens", None)
+    data["vllm"].pop("max_num_seqs", None)
+
+    def batch(version: str, gpu: str, memory: int, cc: str) -> tuple[int, int]:
+        profile = type(shipped).model_validate({**data, "engine_version": version})
+        node = Node.model_validate({
+            "name": "n", "address": "n.lan", "ssh": {"agent": True}, "arch": "aarch64",
+            "gpus": [{"name": gpu, "memory_gib": memory, "compute_capability": cc}]})
+        return default_batch(profile, node)
+
+    log = (Path(__file__).parent / "data" / "real-logs" /
+           "vllm-0.13.0-gb10-gpt-oss-20b.log").read_text(errors="replace")
+    assert "max_num_batched_tokens=2048" in log
+    for version in ("0.13.0", "0.19.1", "0.21.0", "0.25.1", "0.26.0"):
+        assert batch(version, "NVIDIA GB10", 128, "12.1") == (2048, 256), version
+        assert batch(version, "NVIDIA H200", 141, "9.0") == (8192, 1024), version
