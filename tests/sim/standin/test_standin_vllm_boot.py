@@ -163,7 +163,7 @@ def test_weights_that_do_not_fit_fail_like_vllm(standin) -> None:
 
 def test_a_request_longer_than_the_pool_fails_with_the_kv_too_small_error(standin) -> None:
     port = free_port()
-    proc = standin("vllm", ["serve", "Qwen/Qwen3.6-35B-A3B-FP8", "--gpu-memory-utilization", "0.34",
+    proc = standin("vllm", ["serve", "Qwen/Qwen3.6-35B-A3B-FP8", "--gpu-memory-utilization", "0.32",
                             "--max-model-len", "262144", "--kv-cache-dtype", "auto",
                             "--port", str(port)], env={"STANDIN_ENGINE_VERSION": "0.21.0", **GB10})
     assert proc.wait_exit() == 1

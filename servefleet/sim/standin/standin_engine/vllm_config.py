@@ -159,14 +159,17 @@ class Resolved:
 
 
 def _default_batch(node: Node, version: VersionTuple) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) defaults of ``vllm serve``."""
+    """(max_num_seqs, max_num_batched_tokens) defaults of ``vllm serve``.
+
+    A GB10 gets the small tier in every release: before 0.33 because vLLM reads the total
+    from NVML, which reports none for unified memory (the 0.13.0 and 0.25.1 sources; the real
+    0.13.0 GB10 boot runs ``max_num_batched_tokens=2048``), from 0.33 by name."""
     mem = node.memory_gib
     is_a100 = "A100" in node.gpu_name
-    if version >= (0, 33, 0):
-        if node.capability == (12, 1):
-            return 256, 2048
-        if mem >= 160:
-            return 1024, 16384
+    if node.capability == (12, 1):
+        return 256, 2048
+    if version >= (0, 33, 0) and mem >= 160:
+        return 1024, 16384
     if mem >= 70 and not is_a100:
         return 1024, 8192
     return 256, 2048
