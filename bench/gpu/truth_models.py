@@ -130,6 +130,28 @@ def gpt_oss_20b_bf16() -> dict[str, Any]:
     }
 
 
+def deepseek_v2_lite() -> dict[str, Any]:
+    """DeepSeek-V2-Lite: multi-head latent attention (KV rank 512 + 64 rope dims per token and
+    layer), 27 layers, 64 routed experts (6 active) and 2 shared, the first layer dense."""
+    return {
+        "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+        "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+        "num_hidden_layers": 27, "num_attention_heads": 16, "num_key_value_heads": 16,
+        "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 64,
+        "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1,
+        "moe_layer_freq": 1, "routed_scaling_factor": 1.0, "topk_method": "greedy",
+        "n_group": 1, "topk_group": 1, "norm_topk_prob": False, "scoring_func": "softmax",
+        "hidden_act": "silu", "rms_norm_eps": 1e-6, "vocab_size": 102400,
+        "max_position_embeddings": 163840, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "yarn", "factor": 40.0, "beta_fast": 32, "beta_slow": 1,
+                         "mscale": 0.707, "mscale_all_dim": 0.707,
+                         "original_max_position_embeddings": 4096},
+        "attention_bias": False, "tie_word_embeddings": False,
+        "bos_token_id": 100000, "eos_token_id": 100001, "torch_dtype": "bfloat16",
+    }
+
+
 MODELS: dict[str, Callable[[], dict[str, Any]]] = {
     "qwen36-text-next": qwen36_text_as_next,
     "qwen3-30b-a3b": qwen3_30b_a3b,
@@ -137,6 +159,7 @@ MODELS: dict[str, Callable[[], dict[str, Any]]] = {
     "gemma3-27b-text": gemma3_27b_text,
     "qwen3-32b": qwen3_32b,
     "gpt-oss-20b-bf16": gpt_oss_20b_bf16,
+    "deepseek-v2-lite": deepseek_v2_lite,
 }
 """Boot order: the reference fleet's own model first, the least certain to boot last."""
 

@@ -18,7 +18,7 @@ planning such a model as plain full attention: Mamba/SSM layers other than Gated
 …), sliding windows whose layers the config does not lay out (``sliding_window`` in use
 without ``layer_types``: Mistral-7B-v0.1, Gemma 2's ``interleaved_sliding_window``), sliding
 layers beside Gated-DeltaNet layers, per-layer-type head shapes (Gemma 4's
-``global_head_dim``/``num_global_key_value_heads``), MLA (``kv_lora_rank``), chunked local
+``global_head_dim``/``num_global_key_value_heads``), DeepSeek sparse attention, chunked local
 attention, and cross-layer KV sharing (``num_kv_shared_layers``).
 """
 
@@ -101,6 +101,12 @@ class ModelFacts:
     ``full_attention_layers``."""
     sliding_window: int | None = None
     """Their window in tokens (``sliding_window``)."""
+    mla: bool = False
+    """Multi-head latent attention (``kv_lora_rank``: DeepSeek-V2/V3, Kimi K2): one latent of
+    :attr:`head_dim` = ``kv_lora_rank + qk_rope_head_dim`` elements per token and layer, no
+    separate V, shared by every head and every tensor-parallel rank (``MLAAttentionSpec``)."""
+    architectures: tuple[str, ...] = ()
+    """``architectures`` of the config (vLLM picks some defaults by architecture)."""
     moe: bool = False
     """Mixture-of-experts MLPs (``num_experts``/``num_local_experts``): vLLM keeps such models
     on its V1 model runner (:func:`servefleet.core.kvplan.reserve.v2_model_runner`)."""
@@ -178,13 +184,11 @@ def _check_modelled(text: dict[str, Any], source: str) -> None:
         raise _refuse(source, "num_kv_shared_layers", shared, (
             "cross-layer KV sharing (Gemma 3n): the last layers reuse earlier layers' KV and "
             "hold none of their own, which the KV planner does not model"))
-    lora = text.get("kv_lora_rank")
-    if lora is not None:
-        raise _refuse(source, "kv_lora_rank", lora, (
-            "multi-head latent attention (DeepSeek-V2/V3, Kimi K2): vLLM caches one latent "
-            "of kv_lora_rank + qk_rope_head_dim elements per token and layer "
-            "(MLAAttentionSpec, fp8_ds_mla 656 B) in the block size its MLA backend picks, "
-            "not 2 × KV heads × head_dim; the KV planner does not model MLA"))
+    index = text.get("index_topk")
+    if index is not None:
+        raise _refuse(source, "index_topk", index, (
+            "DeepSeek sparse attention (V3.2): beside the MLA latent every layer keeps an "
+            "indexer key cache, which the KV planner does not model"))
     chunk = text.get("attention_chunk_size")
     if isinstance(chunk, int) and chunk > 0:
         raise _refuse(source, "attention_chunk_size", chunk, (
@@ -343,6 +347,10 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
     heads = _int(text, "num_attention_heads", source)
     kv_heads = int(text.get("num_key_value_heads") or heads)
     head_dim = int(text.get("head_dim") or _int(text, "hidden_size", source) // heads)
+    mla = text.get("kv_lora_rank") is not None
+    if mla:
+        kv_heads = 1
+        head_dim = _int(text, "kv_lora_rank", source) + _int(text, "qk_rope_head_dim", source)
     dtype = str(text.get("dtype") or text.get("torch_dtype") or config.get("torch_dtype")
                 or "bfloat16")
     gdn = None
@@ -363,7 +371,9 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
         activation_bytes_per_token=_activation_bytes(text, DTYPE_BYTES.get(dtype, 2)),
         source=source, full_attention_layers=full, linear_layers=linear,
         num_kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=DTYPE_BYTES.get(dtype, 2),
-        gdn=gdn, mtp_layers=int(text.get("mtp_num_hidden_layers") or 0),
+        gdn=gdn, mtp_layers=int(text.get("mtp_num_hidden_layers")
+                                or text.get("num_nextn_predict_layers") or 0),
+        mla=mla, architectures=tuple(str(a) for a in config.get("architectures") or ()),
         max_position_embeddings=max_pos if isinstance(max_pos, int) else None,
         sliding_layers=sliding,
         sliding_window=int(text["sliding_window"]) if sliding else None,

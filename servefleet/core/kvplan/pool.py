@@ -90,8 +90,10 @@ def resolve_kv_dtype(facts: ModelFacts, kv_dtype: str | None) -> tuple[str, str]
 def kv_bytes_per_token_layer(facts: ModelFacts, kv_dtype: str | None, tp: int = 1) -> int:
     """Bytes one token takes in one attention layer for ``--kv-cache-dtype`` (``auto``
     resolved by :func:`resolve_kv_dtype`)."""
-    heads = max(1, facts.num_kv_heads // tp)
     dtype, _ = resolve_kv_dtype(facts, kv_dtype)
+    if facts.mla:
+        return _mla_bytes_per_token_layer(facts, dtype)
+    heads = max(1, facts.num_kv_heads // tp)
     if dtype == "auto":
         return heads * 2 * facts.head_dim * facts.dtype_bytes
     if dtype in ("bfloat16", "float16"):
@@ -104,6 +106,26 @@ def kv_bytes_per_token_layer(facts: ModelFacts, kv_dtype: str | None, tp: int = 
         return heads * 2 * facts.head_dim + 2 * heads * 4
     raise ConfigError(f"vllm.kv_cache_dtype {dtype!r} is not modelled by the KV planner; "
                       "plan with auto, fp8 or turboquant_{k8v4,4bit_nc,3bit_nc}")
+
+
+MLA_FP8_DS_BYTES = 656
+"""``fp8_ds_mla``: 512 fp8 latent values, 4 float32 scales and 64 bf16 rope values a token
+(``MLAAttentionSpec``)."""
+
+
+def _mla_bytes_per_token_layer(facts: ModelFacts, dtype: str) -> int:
+    """One token's MLA latent in one layer: ``kv_lora_rank + qk_rope_head_dim`` elements, no
+    separate V, replicated on every tensor-parallel rank."""
+    if dtype == "auto":
+        return facts.head_dim * facts.dtype_bytes
+    if dtype in ("bfloat16", "float16"):
+        return facts.head_dim * 2
+    if dtype in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        return facts.head_dim
+    if dtype == "fp8_ds_mla":
+        return MLA_FP8_DS_BYTES
+    raise ConfigError(f"vllm.kv_cache_dtype {dtype!r} with multi-head latent attention is not "
+                      "modelled by the KV planner; plan with auto, fp8 or fp8_ds_mla")
 
 
 def state_page_bytes(facts: ModelFacts, num_spec: int, tp: int = 1) -> int:

@@ -189,6 +189,14 @@ def default_batch(profile: Profile, node: Node) -> tuple[int, int]:
     return tokens, min(seqs, tokens)
 
 
+V2_RUNNER_ARCHITECTURES = frozenset({
+    "DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "InklingForCausalLM",
+    "InklingForConditionalGeneration", "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM"})
+"""MoE architectures vLLM 0.26.0 also runs on the V2 model runner by default
+(``DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES``; the real 0.26.0 H200 boot of DeepSeek-V2-Lite's
+shapes says "Using V2 Model Runner" and leaves its graphs out of the budget)."""
+
+
 def v2_model_runner(profile: Profile, facts: ModelFacts) -> bool:
     """Whether ``profile`` runs vLLM's V2 model runner: ``VLLM_USE_V2_MODEL_RUNNER`` when set,
     else by default for dense models from :data:`V2_RUNNER_SINCE`, unless a feature V2 lacks
@@ -196,7 +204,9 @@ def v2_model_runner(profile: Profile, facts: ModelFacts) -> bool:
     flag = profile.env.get("VLLM_USE_V2_MODEL_RUNNER")
     if flag is not None:
         return flag.strip().lower() in ("1", "true")
-    if profile.version < V2_RUNNER_SINCE or facts.moe or facts.hybrid:
+    if profile.version < V2_RUNNER_SINCE or facts.hybrid:
+        return False
+    if facts.moe and not V2_RUNNER_ARCHITECTURES & set(facts.architectures):
         return False
     spec = profile.speculative
     return not (spec and spec.method in ("ngram", "ngram_gpu"))

@@ -1,6 +1,7 @@
 """The KV planner against six real vLLM 0.26.0 boots of full-size models on an NVIDIA H200
-(``data/real-logs/vllm-0.26.0-h200``: dense, MoE, Gated-DeltaNet hybrid and two
-sliding-window models, none of which the planner was fitted on).
+(``data/real-logs/vllm-0.26.0-h200``: dense, MoE, Gated-DeltaNet hybrid, two
+sliding-window models and multi-head latent attention, none of which the planner was fitted
+on).
 
 Each boot is planned the way ``servefleet plan`` plans a profile: a profile with the
 model's ``config.json``, its printed weights and vLLM's defaults, on an H200 node file that
@@ -56,6 +57,7 @@ BOOTS = (
     Boot("gemma3-27b-text", 50.74, 74.86, 234_148, 7.15),
     Boot("qwen3-32b", 61.03, 65.75, 269_312, 8.22),
     Boot("gpt-oss-20b-bf16", 39.15, 85.31, 2_477_616, 75.61),
+    Boot("deepseek-v2-lite", 29.34, 97.96, 3_381_536, 103.20),
     Boot("qwen36-text-next-u80-b2048", 64.61, 45.71, 2_255_360, 68.83, "qwen36-text-next",
          (("gpu_memory_utilization", 0.80), ("max_num_batched_tokens", 2048),
           ("max_num_seqs", 64))),

@@ -169,9 +169,9 @@ GEMMA4_26B: dict[str, Any] = {  # google/gemma-4-26B-A4B-it (text_config, KV fie
     ({**GPT_OSS_120B, "layer_types": ["sliding_attention", "linear_attention"] * 18,
       "linear_num_value_heads": 32}, "layer_types", "either hybrid, not both"),
     ({**GPT_OSS_120B, "sliding_window": None}, "sliding_window", "not a positive integer"),
-    (DEEPSEEK_V3, "kv_lora_rank", "kv_lora_rank + qk_rope_head_dim"),
+    ({**DEEPSEEK_V3, "index_topk": 2048}, "index_topk", "indexer key cache"),
 ])
-def test_unlaid_windows_mla_and_shared_kv_are_refused(config, field, words):
+def test_unlaid_windows_sparse_mla_and_shared_kv_are_refused(config, field, words):
     text = refused(config)
     assert f"field {field!r}" in text and words in text, text
 
@@ -271,3 +271,18 @@ def test_the_reserve_says_what_its_base_was_fitted_on():
     assert estimate(inputs).describe().startswith(
         "1.80 GiB base (discrete GPU; fitted on 6 Qwen3.6-35B-A3B RTX 5090 boots (seed 003), "
         "an assumption for other models)")
+
+
+def test_mla_is_one_latent_per_token_and_layer():
+    """DeepSeek-V3: 61 layers + 1 MTP layer of one 576-element latent (512 + 64 rope), no V,
+    the same on every tensor-parallel rank (checked against a real boot of DeepSeek-V2-Lite's
+    shapes in test_h200_boots.py)."""
+    facts = facts_from_config(DEEPSEEK_V3, SRC)
+    assert (facts.mla, facts.num_kv_heads, facts.head_dim, facts.mtp_layers) == (True, 1, 576, 1)
+    assert layout(facts, kv_dtype="auto").page_bytes == 16 * 576 * 2
+    assert layout(facts, kv_dtype="auto", tp=8).page_bytes == 16 * 576 * 2
+    assert layout(facts, kv_dtype="fp8").page_bytes == 16 * 576
+    assert layout(facts, kv_dtype="fp8_ds_mla").page_bytes == 16 * 656
+    assert layout(facts, kv_dtype="auto", mtp=True, num_spec=1).attention_layers == 62
+    with pytest.raises(ConfigError, match="multi-head latent attention is not modelled"):
+        layout(facts, kv_dtype="turboquant_4bit_nc")
