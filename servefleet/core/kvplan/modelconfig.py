@@ -108,8 +108,9 @@ class ModelFacts:
     architectures: tuple[str, ...] = ()
     """``architectures`` of the config (vLLM picks some defaults by architecture)."""
     moe: bool = False
-    """Mixture-of-experts MLPs (``num_experts``/``num_local_experts``): vLLM keeps such models
-    on its V1 model runner (:func:`servefleet.core.kvplan.reserve.v2_model_runner`)."""
+    """Mixture-of-experts MLPs (``num_experts``/``num_local_experts``/``n_routed_experts``):
+    vLLM keeps most such models on its V1 model runner
+    (:func:`servefleet.core.kvplan.reserve.v2_model_runner`)."""
 
     @property
     def hybrid(self) -> bool:

@@ -12,7 +12,8 @@ drives it, each term from a source:
   :attr:`ModelFacts.activation_bytes_per_token` per batched token (fused-MoE caches).
 - **CUDA graphs**: from 0.20 (before, only with
   ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``) vLLM's V1 model runner subtracts its graph
-  estimate (the V2 runner, dense models' default, does not: :func:`v2_model_runner`); the
+  estimate (the V2 runner, the default for dense models and a few MoE architectures, does
+  not: :func:`v2_model_runner`); the
   graphs are counted from vLLM's own capture sizes (up to
   ``min(2 × max_num_seqs × (1 + spec), 512)``; FULL decode graphs up to
   ``max_num_seqs × (1 + spec)``), which reproduces the counts the boot logs print
@@ -64,7 +65,8 @@ GRAPH_PROFILING_SINCE = (0, 20)
 """vLLM subtracts its CUDA-graph estimate from the budget from 0.20 (the 0.19.1 log: "In
 v0.19, CUDA graph memory profiling will be enabled by default"; the 0.20.0 log: enabled)."""
 V2_RUNNER_SINCE = (0, 25)
-"""Dense models (no MoE, no linear-attention state) run vLLM's V2 model runner by default:
+"""Dense models (no MoE, no linear-attention state) run vLLM's V2 model runner by default
+(and so do the MoE architectures of :data:`V2_RUNNER_ARCHITECTURES`):
 ``VllmConfig._is_default_v2_model_runner_model`` in the 0.25.1 and 0.26.0 wheels. Its
 profiling leaves CUDA graphs out of the KV budget: the real 0.26.0 H200 boots of Llama 3.1
 8B's, Qwen3-32B's and Gemma 3 27B's shapes print no "Profiling CUDA graph memory" line and
@@ -96,7 +98,7 @@ class ReserveInputs:
     graph_profiling: bool
     activation_bytes_per_token: int
     v2_runner: bool = False
-    """The V2 model runner (dense models from 0.25), which leaves graphs out of the budget."""
+    """The V2 model runner (:func:`v2_model_runner`), which leaves graphs out of the budget."""
 
 
 @dataclass(frozen=True)
@@ -128,8 +130,8 @@ class Reserve:
             parts.append(f"{self.graphs:.2f} GiB CUDA graphs ({self.piecewise_graphs} PIECEWISE "
                          f"+ {self.full_graphs} FULL, {self.inputs.cudagraph_mode})")
         elif self.inputs.v2_runner:
-            parts.append("CUDA graphs outside the budget (a dense model: vLLM's V2 model "
-                         "runner captures them after sizing the pool)")
+            parts.append("CUDA graphs outside the budget (vLLM's V2 model runner captures "
+                         "them after sizing the pool)")
         else:
             parts.append("CUDA graphs outside the budget (no graph memory profiling before "
                          f"{'.'.join(map(str, GRAPH_PROFILING_SINCE))})")
@@ -199,7 +201,8 @@ shapes says "Using V2 Model Runner" and leaves its graphs out of the budget)."""
 
 def v2_model_runner(profile: Profile, facts: ModelFacts) -> bool:
     """Whether ``profile`` runs vLLM's V2 model runner: ``VLLM_USE_V2_MODEL_RUNNER`` when set,
-    else by default for dense models from :data:`V2_RUNNER_SINCE`, unless a feature V2 lacks
+    else by default from :data:`V2_RUNNER_SINCE` for dense models and the MoE architectures of
+    :data:`V2_RUNNER_ARCHITECTURES`, unless a feature V2 lacks
     sends it back to V1 (n-gram speculation; ``_get_v2_model_runner_unsupported_features``)."""
     flag = profile.env.get("VLLM_USE_V2_MODEL_RUNNER")
     if flag is not None:
@@ -212,11 +215,9 @@ def v2_model_runner(profile: Profile, facts: ModelFacts) -> bool:
     return not (spec and spec.method in ("ngram", "ngram_gpu"))
 
 
-def graph_profiling(profile: Profile, facts: ModelFacts | None = None) -> bool:
-    """Whether vLLM subtracts its CUDA-graph estimate from the budget (``facts``: the model,
-    whose kind decides the model runner; without it the V1 runner is assumed)."""
-    if facts is not None and v2_model_runner(profile, facts):
-        return False
+def graph_profiling(profile: Profile) -> bool:
+    """Whether vLLM's V1 model runner subtracts its CUDA-graph estimate from the budget (the
+    V2 runner never does: :func:`inputs_for` asks :func:`v2_model_runner` first)."""
     flag = profile.env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
     if flag is not None:
         return flag.strip() == "1"
@@ -231,11 +232,12 @@ def inputs_for(facts: ModelFacts, profile: Profile, node: Node) -> ReserveInputs
     tokens, seqs = default_batch(profile, node)
     spec = profile.speculative
     backend, _ = attention_backend(profile, node)
+    v2_runner = v2_model_runner(profile, facts)
     return ReserveInputs(
         unified_memory=node.unified_memory, version=profile.version,
         max_num_batched_tokens=tokens, max_num_seqs=seqs,
         num_spec=spec.num_speculative_tokens if spec else 0,
         cudagraph_mode=derive_expectations(profile, node).cudagraph_mode,
-        attention_backend=backend, graph_profiling=graph_profiling(profile, facts),
-        v2_runner=v2_model_runner(profile, facts),
+        attention_backend=backend,
+        graph_profiling=not v2_runner and graph_profiling(profile), v2_runner=v2_runner,
         activation_bytes_per_token=facts.activation_bytes_per_token)
