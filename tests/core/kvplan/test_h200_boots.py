@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from servefleet.core.bootlog import VllmExtra, parse_text
 from servefleet.core.kvplan import facts_from_config, figures
 from servefleet.core.kvplan.accuracy import TOLERANCE
 from servefleet.core.kvplan.pool import GIB
@@ -71,20 +72,14 @@ H200 = Node.model_validate({
 """An operator's node file for the machine: the GPU by name, nothing measured."""
 
 
-def printed(log: str) -> dict[str, float]:
-    """The figures a boot log printed."""
-    patterns = {
-        "weights": r"Model loading took ([\d.]+) GiB",
-        "available": r"Available KV cache memory: ([\d.]+) GiB",
-        "tokens": r"GPU KV cache size: ([\d,]+) tokens",
-        "concurrency": r"Maximum concurrency for 32,768 tokens per request: ([\d.]+)x",
-        "total": r"Free memory on device \([\d.]+/([\d.]+) GiB\)",
-        "utilization": r"Desired GPU memory utilization is \(([\d.]+),",
-    }
-    found = {key: re.search(pattern, log) for key, pattern in patterns.items()}
-    missing = [key for key, match in found.items() if match is None]
-    assert not missing, f"not in the log: {missing}"
-    return {key: float(m.group(1).replace(",", "")) for key, m in found.items() if m}
+def budget_line(log: str) -> tuple[float, float]:
+    """(total GiB, utilization) from vLLM's closing memory line, which the boot-log reader
+    does not read: ``Free memory on device (139.29/139.8 GiB) on startup. Desired GPU memory
+    utilization is (0.92, 128.62 GiB)``."""
+    total = re.search(r"Free memory on device \([\d.]+/([\d.]+) GiB\)", log)
+    util = re.search(r"Desired GPU memory utilization is \(([\d.]+),", log)
+    assert total and util, "no closing memory line in the log"
+    return float(total.group(1)), float(util.group(1))
 
 
 def plan(boot: Boot) -> Prediction:
@@ -109,18 +104,19 @@ def boot(request: pytest.FixtureRequest) -> tuple[Boot, str]:
 
 def test_the_logs_print_the_figures_the_rows_hold(boot: tuple[Boot, str]) -> None:
     row, log = boot
-    seen = printed(log)
-    assert (seen["weights"], seen["available"], seen["tokens"], seen["concurrency"]) == (
-        row.weights_gib, row.available_gib, row.tokens, row.concurrency)
+    facts = parse_text(log)  # the project's own boot-log reader
+    assert (facts.engine, facts.engine_version, facts.outcome) == ("vllm", VERSION, "ready")
+    assert isinstance(facts.extra, VllmExtra)
+    assert (facts.model_load_gib, facts.extra.available_kv_cache_gib, facts.kv_cache_tokens,
+            facts.max_concurrency, facts.max_concurrency_at_tokens) == (
+        row.weights_gib, row.available_gib, row.tokens, row.concurrency, MAX_MODEL_LEN)
     assert "load_format=dummy" in log  # the engine's config line: full-size, random weights
 
 
 def test_the_node_and_defaults_are_the_boots_own(boot: tuple[Boot, str]) -> None:
     row, log = boot
-    seen = printed(log)
     planned = plan(row)
-    assert planned.total_gib == seen["total"]
-    assert planned.utilization == seen["utilization"]
+    assert (planned.total_gib, planned.utilization) == budget_line(log)
     assert planned.reserve is not None
     # "Chunked prefill is enabled with max_num_batched_tokens=N" when vLLM chose it; the
     # non-default args line when the flag set it.
