@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -232,7 +231,9 @@ def write_if_changed(path: Path, text: str) -> None:
     keep their mtime, so a warm `sim up` does not look like an edit."""
     if path.is_file() and path.read_text() == text:
         return
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    # One fixed name: a write killed before its rename leaves this file behind, and the
+    # next write of the same path overwrites it, so nothing piles up.
+    partial = path.with_name(f".{path.name}.partial")
     partial.write_text(text)
     partial.rename(path)
 
