@@ -47,6 +47,18 @@ def healthy() -> bool:
         return False
 
 
+def stop(server: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the server's process group, SIGKILL after 30 s."""
+    if server.poll() is not None:
+        return
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
 def boot(name: str, work: Path, out: Path, timeout: float) -> dict[str, object]:
     """Boot ``name`` once; its record."""
     model, extra = VARIANTS.get(name, (name, ()))
@@ -62,21 +74,19 @@ def boot(name: str, work: Path, out: Path, timeout: float) -> dict[str, object]:
     with (out / f"{name}.log").open("wb") as log:
         server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                   env={**os.environ, **ENV}, start_new_session=True)
-        ready = None
-        while time.monotonic() - started < timeout and server.poll() is None:
-            if healthy():
-                ready = time.monotonic() - started
-                break
-            time.sleep(0.5)
-        record["ready_s"] = round(ready, 1) if ready is not None else None
-        record["exited_before_ready"] = server.poll()
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+        try:
+            ready = None
+            while time.monotonic() - started < timeout and server.poll() is None:
+                if healthy():
+                    ready = time.monotonic() - started
+                    break
+                time.sleep(0.5)
+            record["ready_s"] = round(ready, 1) if ready is not None else None
+            record["exited_before_ready"] = server.poll()
+        finally:
+            # The server has a session of its own: on Ctrl-C or SIGTERM to this runner it
+            # would keep the GPU, so it is stopped here whatever ended the wait.
+            stop(server)
         record["exit"] = server.returncode
         record["seconds"] = round(time.monotonic() - started, 1)
     (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
@@ -93,6 +103,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=240.0,
                         help="seconds one boot may take before it is stopped")
     args = parser.parse_args()
+    # SIGTERM ends the run like Ctrl-C: through ``boot``'s clean-up, which stops the server.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.out.mkdir(parents=True, exist_ok=True)
     records = [boot(name, args.work, args.out, args.timeout) for name in args.models]
     return 0 if all(r["ready_s"] is not None for r in records) else 1
