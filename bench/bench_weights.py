@@ -50,8 +50,8 @@ from servefleet.cli.progress import event_line  # noqa: E402
 from servefleet.core.models import Deployment, Profile  # noqa: E402
 from servefleet.core.project import Project, load_project  # noqa: E402
 from servefleet.sim import fleet, testbed  # noqa: E402
-from servefleet.sim.engines.cpu_twin import STANDIN_FILE  # noqa: E402
 from servefleet.sim.hub import LocalHub  # noqa: E402
+from servefleet.sim.inventory import STANDIN_FILE  # noqa: E402
 from servefleet.sim.spec import fleet_specs  # noqa: E402
 
 DEP, PORT = "wbench", 18101

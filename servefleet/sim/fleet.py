@@ -28,7 +28,7 @@ from typing import Any
 from servefleet.core.baselines import BASELINE_FILE
 from servefleet.core.errors import SimError
 from servefleet.sim import dockerd, engine_api, image, inventory, netns, procs, sshd, state
-from servefleet.sim.engines import EngineInstall, cpu_twin
+from servefleet.sim.engines import EngineInstall
 from servefleet.sim.engines.ensure import ensure_engines, selected_engines
 from servefleet.sim.layout import NodeLayout, SimLayout, cache_dir_from_env, state_dir_from_env
 from servefleet.sim.spec import NodeSpec
@@ -113,7 +113,7 @@ def reset_control_dir(node: NodeLayout) -> None:
     marker is gone would fail every health gate against them (a 1.3M-token stand-in pool
     against the real engine's 2.1M). They go with the marker, as the test bed's
     ``FleetHandle.run_standin`` drops them when it switches engines."""
-    if (node.control_dir / cpu_twin.STANDIN_FILE).exists():
+    if (node.control_dir / inventory.STANDIN_FILE).exists():
         (node.base_dir / BASELINE_FILE).unlink(missing_ok=True)
     shutil.rmtree(node.control_dir, ignore_errors=True)
 

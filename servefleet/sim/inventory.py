@@ -34,6 +34,21 @@ HEADER = ("# yaml-language-server: $schema=../../schemas/node.schema.json\n"
           "# Edit servefleet/sim instead: every way a simulated node differs lives there.\n")
 
 
+STANDIN_FILE = "standin"
+"""In a node's control folder: the engines (one per line) the test bed runs as the stand-in
+on that node although a real build is installed (tests of rollout mechanics need boots of
+seconds, not the real vLLM's minute on two cores). The node file leaves them out of
+``sim.engines``, the one fact a deploy renders from and the health gate expects from."""
+
+
+def standin_engines(node: NodeLayout) -> set[str]:
+    """The engines :data:`STANDIN_FILE` names for ``node`` (none when it is absent)."""
+    try:
+        return set((node.control_dir / STANDIN_FILE).read_text().split())
+    except OSError:
+        return set()
+
+
 def inventory_dir(project_dir: Path) -> Path:
     """``<project>/nodes/sim``."""
     return project_dir / INVENTORY_SUBDIR
@@ -190,8 +205,11 @@ def node_document(spec: NodeSpec, node: NodeLayout, *, client_key: Path, host_ke
         "fast_link": {"interface": "eth0", "address": spec.address},
         "compose_overrides": [str(override)],
         "labels": {"simulated": "true"},
+        # An `up` on a running fleet keeps what the test bed switched to the stand-in.
         "sim": {"control_dir": str(node.control_dir),
-                "engines": sim_engines_document(installs or {})},
+                "engines": sim_engines_document(
+                    {name: install for name, install in (installs or {}).items()
+                     if name not in standin_engines(node)})},
     }
 
 

@@ -23,7 +23,6 @@ import yaml
 from servefleet.core.baselines import BASELINE_FILE
 from servefleet.core.errors import SimError
 from servefleet.sim import fleet, inventory, state
-from servefleet.sim.engines import cpu_twin
 from servefleet.sim.fleet import FleetConfig
 from servefleet.sim.layout import NodeLayout
 from servefleet.sim.programs import find_program
@@ -104,15 +103,17 @@ class FleetHandle:
         return self.config.layout.node(name)
 
     def run_standin(self, name: str, engines: Iterable[str] = ("vllm", "llama.cpp")) -> None:
-        """From the next engine start on, node ``name`` runs ``engines`` as the stand-in
-        (none: every engine that has a real build runs for real).
+        """From the next deploy on, node ``name`` runs ``engines`` as the stand-in (none:
+        every engine that has a real build runs for real).
 
-        The node's inventory follows (``sim.engines`` lists only the engines that run for
-        real), so the health gate and drift expect what will run: a stand-in engine
-        reports the profile's version and the GPU's boot facts."""
+        The node's inventory says so (``sim.engines`` lists only the engines that run for
+        real): a deploy renders from it what runs, and the health gate and drift expect the
+        same from it (a stand-in engine reports the profile's version and the GPU's boot
+        facts). The marker in the control folder keeps the choice for ``sim up``, which
+        writes the inventory again."""
         files = self.node_files(name)
         control = files.control_dir
-        marker = control / cpu_twin.STANDIN_FILE
+        marker = control / inventory.STANDIN_FILE
         wanted = sorted(set(engines))
         before = marker.read_text().split() if marker.exists() else []
         if before != wanted:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servefleet.core.baselines import BASELINE_FILE
-from servefleet.sim.engines import cpu_twin
+from servefleet.sim import inventory
 from servefleet.sim.fleet import reset_control_dir
 from servefleet.sim.layout import NodeLayout
 
@@ -16,7 +16,7 @@ def node_left_by_a_run(tmp_path: Path, *, standin: bool) -> NodeLayout:
     node.base_dir.mkdir(parents=True)
     (node.control_dir / "fault").write_text("oom\n")
     if standin:
-        (node.control_dir / cpu_twin.STANDIN_FILE).write_text("vllm\n")
+        (node.control_dir / inventory.STANDIN_FILE).write_text("vllm\n")
     (node.base_dir / BASELINE_FILE).write_text('{"baselines": {}}')
     return node
 

@@ -61,15 +61,17 @@ VLLM_CPU = EngineInstall(
 
 def merged(compose: str, tmp_path: Path, engine: str, builds_image: bool,
            node_index: int = 0,
-           installs: dict[str, EngineInstall] | None = None) -> dict[str, Any]:
-    """Render the node's override for a deployment and let Compose merge it."""
+           installs: dict[str, EngineInstall] | None = None,
+           sim_real_engine: bool = True) -> dict[str, Any]:
+    """Render the node's override for a deployment and let Compose merge it;
+    ``sim_real_engine``: whether the node file lists ``engine`` as running for real."""
     spec = reference_fleet()[node_index]
     node = SimLayout(Path("/var/lib/servefleet-sim")).node(spec.name)
     template = tmp_path / f"{spec.name}.override.yaml.j2"
     template.write_text(inventory.render_override(spec, node, installs))
     variables = {"engine": engine, "engine_version": "0.21.0" if engine == "vllm" else "b8680",
                  "builds_image": builds_image, "deployment": "chat", "port": 8000,
-                 "node_name": spec.name}
+                 "node_name": spec.name, "sim_real_engine": sim_real_engine}
     (tmp_path / "override.yaml").write_bytes(render_override(template, variables, "test"))
     base = BASE if builds_image else BASE.replace(
         "    build:\n      context: .\n      dockerfile: Dockerfile\n      args:\n"
@@ -138,7 +140,7 @@ def test_unknown_engine_fails_rendering(tmp_path: Path) -> None:
     with pytest.raises(RenderError):
         render_override(template, {"engine": "sglang", "engine_version": "0.5", "port": 8000,
                                    "builds_image": False, "deployment": "d",
-                                   "node_name": spec.name}, "test")
+                                   "node_name": spec.name, "sim_real_engine": False}, "test")
 
 
 def test_real_engine_is_mounted_and_runs_through_cpu_twin(compose: str, tmp_path: Path) -> None:
@@ -169,6 +171,18 @@ def test_overlay_builds_stay_on_the_stand_in(compose: str, tmp_path: Path) -> No
     assert "SIM_ENGINE_VERSION" not in service["environment"]
 
 
+def test_an_engine_the_node_file_leaves_out_runs_the_stand_in(compose: str,
+                                                              tmp_path: Path) -> None:
+    """Installed but not listed under the node file's ``sim.engines`` (the test bed runs it
+    as the stand-in there): the stand-in runs, as the health gate then expects."""
+    service = merged(compose, tmp_path, "vllm", builds_image=False,
+                     installs={"vllm": VLLM_CPU}, sim_real_engine=False)
+    assert service["image"] == "servefleet-sim/vllm-standin:latest"
+    assert service.get("entrypoint") is None
+    assert "SIM_ENGINE_VERSION" not in service["environment"]
+    assert "/opt/servefleet-engine" not in {v["target"] for v in service["volumes"]}
+
+
 def test_engine_without_a_real_install_runs_the_stand_in(compose: str, tmp_path: Path) -> None:
     service = merged(compose, tmp_path, "llama.cpp", builds_image=False, node_index=2,
                      installs={"vllm": VLLM_CPU})
@@ -192,6 +206,27 @@ def test_inventory_lists_what_the_real_engine_cannot_show() -> None:
     assert "cpu_twin.py" in engine["why"]
 
 
+def test_an_up_keeps_what_the_test_bed_runs_as_the_stand_in(tmp_path: Path) -> None:
+    """``sim up`` on a running fleet writes the node file again: an engine the node's
+    control folder runs as the stand-in stays out of ``sim.engines``, or the next deploy
+    would run the real engine under a session that expects the stand-in."""
+    spec = reference_fleet()[0]
+    node = SimLayout(tmp_path).node(spec.name)
+    node.control_dir.mkdir(parents=True)
+    (node.control_dir / inventory.STANDIN_FILE).write_text("vllm\n")
+    installs = {"vllm": VLLM_CPU, "llama.cpp": VLLM_CPU}
+
+    def listed() -> list[str]:
+        document = inventory.node_document(spec, node, client_key=Path("/k"),
+                                           host_key="ssh-ed25519 A", override=Path("/o.j2"),
+                                           installs=installs)
+        return sorted(document["sim"]["engines"])
+
+    assert listed() == ["llama.cpp"]
+    (node.control_dir / inventory.STANDIN_FILE).unlink()
+    assert listed() == ["llama.cpp", "vllm"]
+
+
 def test_a_bench_beside_llamacpp_runs_the_real_vllm_on_the_stand_in_base(
         compose: str, tmp_path: Path) -> None:
     """The bench's own compose file goes between the release's compose file and the node's
@@ -203,7 +238,8 @@ def test_a_bench_beside_llamacpp_runs_the_real_vllm_on_the_stand_in_base(
     template.write_text(inventory.render_override(spec, node, {"vllm": VLLM_CPU}))
     (tmp_path / "override.yaml").write_bytes(render_override(template, {
         "engine": "llama.cpp", "engine_version": "b8680", "builds_image": False,
-        "deployment": "chat", "port": 8000, "node_name": spec.name}, "test"))
+        "deployment": "chat", "port": 8000, "node_name": spec.name,
+        "sim_real_engine": False}, "test"))
     (tmp_path / "compose.yaml").write_text(BASE.replace(
         "    build:\n      context: .\n      dockerfile: Dockerfile\n      args:\n"
         "        BASE_IMAGE: vllm/vllm-openai:v0.21.0\n", ""))
@@ -242,5 +278,6 @@ def test_a_vllm_deployment_gets_no_bench_service(compose: str, tmp_path: Path) -
     template.write_text(inventory.render_override(spec, node, {"vllm": VLLM_CPU}))
     rendered = render_override(template, {
         "engine": "vllm", "engine_version": "0.21.0", "builds_image": False,
-        "deployment": "chat", "port": 8000, "node_name": spec.name}, "test")
+        "deployment": "chat", "port": 8000, "node_name": spec.name,
+        "sim_real_engine": True}, "test")
     assert b"bench:" not in rendered

@@ -13,6 +13,7 @@ import jinja2
 
 from servefleet.core.engines import engine_of
 from servefleet.core.errors import RenderError
+from servefleet.core.expectations import sim_engine_for
 from servefleet.core.models import Node, Profile
 from servefleet.core.project import PROFILES_DIR
 from servefleet.core.render.inputs import PatchFile, RenderFieldError, RenderInputs
@@ -156,6 +157,9 @@ def render_files(inputs: RenderInputs, release_id: str) -> dict[str, bytes]:
         "port": port,
         "node_name": node.name,
         "stages_weights": weights is not None,
+        # What the health gate expects and what the override runs come from the same fact
+        # of the node file: a simulated node's engine runs for real only where it says so.
+        "sim_real_engine": sim_engine_for(profile, node) is not None,
     }
     for number, (entry, name, content) in enumerate(inputs.overrides, start=1):
         try:
@@ -165,7 +169,8 @@ def render_files(inputs: RenderInputs, release_id: str) -> dict[str, bytes]:
             raise RenderFieldError(
                 inputs.where, inputs.node_file, f"compose_overrides[{number - 1}]", str(error),
                 "fix the override template: it may use only engine, engine_version, "
-                "builds_image, deployment, port, node_name and stages_weights, and no "
+                "builds_image, deployment, port, node_name, stages_weights and "
+                "sim_real_engine, and no "
                 "attributes of them"
             ) from None
 

@@ -257,12 +257,6 @@ def rewrite(engine: str, args: list[str], model: str,
     return out, notes
 
 
-STANDIN_FILE = "standin"
-"""In the node's control folder: engines (one per line) the test bed wants run as the
-stand-in although a real one is mounted: tests of rollout mechanics, which need boots of
-seconds, not the real vLLM's minute on two cores."""
-
-
 def _words(control_dir: str, name: str) -> list[str]:
     try:
         with open(os.path.join(control_dir, name), encoding="utf-8") as handle:
@@ -276,11 +270,6 @@ def fault_words(control_dir: str) -> list[str]:
     return _words(control_dir, "fault")
 
 
-def standin_wanted(control_dir: str, engine: str) -> bool:
-    """Whether the test bed asked for the stand-in ``engine`` on this node."""
-    return engine in _words(control_dir, STANDIN_FILE)
-
-
 def main(argv: list[str]) -> int:
     """``cpu_twin.py ENGINE ARGS…``: exec the stand-in or the real engine."""
     if not argv or argv[0] not in REWRITES:
@@ -292,11 +281,6 @@ def main(argv: list[str]) -> int:
     if faults:
         print(f"{MARK} fault marker(s) {', '.join(faults)} set: the stand-in engine runs, "
               "as only it can show them here", flush=True)
-        command = [*STANDIN[engine], *args]
-        without_real_engine()
-    elif standin_wanted(control, engine):
-        print(f"{MARK} the test bed asked for the stand-in {engine} on this node "
-              f"({STANDIN_FILE} in the control folder)", flush=True)
         command = [*STANDIN[engine], *args]
         without_real_engine()
     else:
