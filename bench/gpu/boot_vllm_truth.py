@@ -10,6 +10,9 @@ SIGTERM and writes ``OUT/<name>.log`` (stdout and stderr, as written) and
 ``OUT/<name>.json`` (argv, seconds to ready, exit status).
 
     python3 bench/gpu/boot_vllm_truth.py --out "$OUT" qwen36-text-next llama31-8b
+
+On a machine with several GPUs, one runner per GPU boots a share of the list side by side:
+``CUDA_VISIBLE_DEVICES=1 python3 bench/gpu/boot_vllm_truth.py --port 18201 …``.
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ ENV = {
 (FlashInfer is not installed), NVLink multicast off."""
 
 
-def healthy() -> bool:
+def healthy(port: int) -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=2) as answer:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
             return bool(answer.status == 200)
     except OSError:
         return False
@@ -59,7 +62,8 @@ def stop(server: subprocess.Popen[bytes]) -> None:
         server.wait()
 
 
-def boot(name: str, work: Path, out: Path, timeout: float) -> dict[str, object]:
+def boot(name: str, work: Path, out: Path, timeout: float, port: int = PORT
+         ) -> dict[str, object]:
     """Boot ``name`` once; its record."""
     model, extra = VARIANTS.get(name, (name, ()))
     folder = work / model
@@ -68,7 +72,7 @@ def boot(name: str, work: Path, out: Path, timeout: float) -> dict[str, object]:
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(folder),
             "--served-model-name", name, "--load-format", "dummy", "--skip-tokenizer-init",
             "--max-model-len", str(MAX_MODEL_LEN), *extra,
-            "--host", "127.0.0.1", "--port", str(PORT)]
+            "--host", "127.0.0.1", "--port", str(port)]
     started = time.monotonic()
     record: dict[str, object] = {"model": name, "argv": argv[1:], "env": ENV}
     with (out / f"{name}.log").open("wb") as log:
@@ -77,7 +81,7 @@ def boot(name: str, work: Path, out: Path, timeout: float) -> dict[str, object]:
         try:
             ready = None
             while time.monotonic() - started < timeout and server.poll() is None:
-                if healthy():
+                if healthy(port):
                     ready = time.monotonic() - started
                     break
                 time.sleep(0.5)
@@ -100,13 +104,16 @@ def main() -> int:
                         choices=[*MODELS, *VARIANTS])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--work", type=Path, default=Path("/tmp/sf-truth"))
+    parser.add_argument("--port", type=int, default=PORT,
+                        help="the servers' port (one per runner on a shared machine)")
     parser.add_argument("--timeout", type=float, default=240.0,
                         help="seconds one boot may take before it is stopped")
     args = parser.parse_args()
     # SIGTERM ends the run like Ctrl-C: through ``boot``'s clean-up, which stops the server.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.out.mkdir(parents=True, exist_ok=True)
-    records = [boot(name, args.work, args.out, args.timeout) for name in args.models]
+    records = [boot(name, args.work, args.out, args.timeout, args.port)
+               for name in args.models]
     return 0 if all(r["ready_s"] is not None for r in records) else 1
 
 

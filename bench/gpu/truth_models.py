@@ -152,6 +152,35 @@ def deepseek_v2_lite() -> dict[str, Any]:
     }
 
 
+def mixtral_8x7b() -> dict[str, Any]:
+    """Mixtral-8x7B-v0.1: MoE (8 experts, 2 active, 14,336 wide), 32 layers, GQA 32/8, a
+    32,000-token vocabulary."""
+    return {
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "num_local_experts": 8, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02,
+        "hidden_act": "silu", "rms_norm_eps": 1e-5, "vocab_size": 32000,
+        "max_position_embeddings": 32768, "rope_theta": 1000000.0, "sliding_window": None,
+        "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def mistral_nemo_12b() -> dict[str, Any]:
+    """Mistral-Nemo-Base-2407: dense, 40 layers, GQA 32/8, head 128 (narrower than the
+    5,120 hidden size), a 131,072-token vocabulary."""
+    return {
+        "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+        "hidden_size": 5120, "intermediate_size": 14336, "num_hidden_layers": 40,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "hidden_act": "silu", "rms_norm_eps": 1e-5, "vocab_size": 131072,
+        "max_position_embeddings": 1024000, "rope_theta": 1000000.0, "sliding_window": None,
+        "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+
+
 MODELS: dict[str, Callable[[], dict[str, Any]]] = {
     "qwen36-text-next": qwen36_text_as_next,
     "qwen3-30b-a3b": qwen3_30b_a3b,
@@ -160,6 +189,8 @@ MODELS: dict[str, Callable[[], dict[str, Any]]] = {
     "qwen3-32b": qwen3_32b,
     "gpt-oss-20b-bf16": gpt_oss_20b_bf16,
     "deepseek-v2-lite": deepseek_v2_lite,
+    "mixtral-8x7b": mixtral_8x7b,
+    "mistral-nemo-12b": mistral_nemo_12b,
 }
 """Boot order: the reference fleet's own model first, the least certain to boot last."""
 
@@ -169,6 +200,12 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
         "--gpu-memory-utilization", "0.80", "--max-num-batched-tokens", "2048",
         "--max-num-seqs", "64")),
     "llama31-8b-fp8kv-s128": ("llama31-8b", ("--kv-cache-dtype", "fp8", "--max-num-seqs", "128")),
+    # What drives the profiling peak: the sequences (the sampler's rows) or the batched
+    # tokens (the forward pass), on each model runner (V1: the MoE model; V2: the dense ones).
+    "qwen3-30b-a3b-s64": ("qwen3-30b-a3b", ("--max-num-seqs", "64")),
+    "qwen3-30b-a3b-b16k": ("qwen3-30b-a3b", ("--max-num-batched-tokens", "16384")),
+    "gemma3-27b-text-s64": ("gemma3-27b-text", ("--max-num-seqs", "64")),
+    "llama31-8b-b16k": ("llama31-8b", ("--max-num-batched-tokens", "16384")),
 }
 """Boots of a model of :data:`MODELS` with settings other than vLLM's defaults: name →
 (model, extra ``vllm serve`` arguments)."""
