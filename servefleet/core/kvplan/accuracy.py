@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from servefleet.core.kvplan.cpu import CPU_BLOCK_SIZE, CPU_KV_DTYPES
 from servefleet.core.kvplan.modelconfig import ModelFacts, facts_from_config
 from servefleet.core.kvplan.pool import GIB, bytes_for, figures, layout
-from servefleet.core.kvplan.reserve import ReserveInputs, estimate
+from servefleet.core.kvplan.reserve import ReserveInputs, estimate, native_profiling_sampler
 
 TOLERANCE = 0.05
 MTP_DELTA_TOLERANCE = 0.03
@@ -44,11 +44,15 @@ def _reserve(*, unified: bool, version: tuple[int, ...], tokens: int, seqs: int,
     return ReserveInputs(unified_memory=unified, version=version, max_num_batched_tokens=tokens,
                          max_num_seqs=seqs, num_spec=spec, cudagraph_mode=mode,
                          attention_backend=backend, graph_profiling=graphs,
-                         activation_bytes_per_token=QWEN36_ACTIVATION_BYTES)
+                         activation_bytes_per_token=QWEN36_ACTIVATION_BYTES,
+                         vocab_size=QWEN36_VOCAB,
+                         native_sampler=native_profiling_sampler(version, {}))
 
 
 QWEN36_ACTIVATION_BYTES = 2 * (8 * 3 * 512 + 4 * 2048)
 """Qwen3.6-35B-A3B: bf16 × (8 experts × 3 × 512 + 4 × 2048 hidden) per batched token."""
+QWEN36_VOCAB = 248320
+"""Qwen3.6-35B-A3B's ``vocab_size`` (its pinned config's ``text_config``)."""
 
 
 def _gb10(util: float, weights: float, **reserve: object) -> Cold:

@@ -107,6 +107,9 @@ class ModelFacts:
     separate V, shared by every head and every tensor-parallel rank (``MLAAttentionSpec``)."""
     architectures: tuple[str, ...] = ()
     """``architectures`` of the config (vLLM picks some defaults by architecture)."""
+    vocab_size: int = 0
+    """Rows of the output projection (``vocab_size``): vLLM's V1 runner profiles a sampler run
+    over that many logits per sequence (:mod:`servefleet.core.kvplan.reserve`). 0: unknown."""
     moe: bool = False
     """Mixture-of-experts MLPs (``num_experts``/``num_local_experts``/``n_routed_experts``):
     vLLM keeps most such models on its V1 model runner
@@ -380,7 +383,14 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
         sliding_window=int(text["sliding_window"]) if sliding else None,
         moe=any(isinstance(text.get(key), int) and text[key] > 0
                 for key in ("num_experts", "num_local_experts", "n_routed_experts")),
+        vocab_size=_vocab(text),
     )
+
+
+def _vocab(text: dict[str, Any]) -> int:
+    """``vocab_size`` when it is a positive integer, else 0 (unknown)."""
+    vocab = text.get("vocab_size")
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else 0
 
 
 def _activation_bytes(text: dict[str, Any], dtype_bytes: int) -> int:

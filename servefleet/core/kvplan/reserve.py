@@ -4,12 +4,16 @@ vLLM's budget is ``total × gpu_memory_utilization``; the KV pool gets what the 
 this *reserve* leave (``determine_available_memory``). The reserve is modelled from what
 drives it, each term from a source:
 
-- **base**: non-torch allocations and the fixed part of the profiling peak. On unified
-  memory (GB10) vLLM measures free memory from the host (``psutil`` available memory), so
-  whatever the process and the OS take while vLLM profiles counts as well: the base there
-  is about three times a discrete card's.
+- **base**: non-torch allocations and what the modelled terms leave of the profiling peak,
+  per GPU family (:class:`GpuFamily`). On unified memory (GB10) vLLM measures free memory
+  from the host (``psutil`` available memory), so whatever the process and the OS take
+  while vLLM profiles counts as well: the base there is about three times a consumer card's.
 - **activations**: the dummy forward at ``max_num_batched_tokens``, at
   :attr:`ModelFacts.activation_bytes_per_token` per batched token (fused-MoE caches).
+- **sampler**: vLLM's V1 model runner profiles a sampler run over
+  ``min(max_num_seqs, max_num_batched_tokens)`` rows of the whole vocabulary
+  (:data:`SAMPLER_BYTES`), where it profiles its native sampler
+  (:func:`native_profiling_sampler`); the V2 runner's profiling sampler does not sort.
 - **CUDA graphs**: from 0.20 (before, only with
   ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``) vLLM's V1 model runner subtracts its graph
   estimate (the V2 runner, the default for dense models and a few MoE architectures, does
@@ -18,18 +22,20 @@ drives it, each term from a source:
   ``min(2 × max_num_seqs × (1 + spec), 512)``; FULL decode graphs up to
   ``max_num_seqs × (1 + spec)``), which reproduces the counts the boot logs print
   (11 + 7 at 32 sequences; 33 + 17 with MTP 3). A FULL graph holds the attention buffers and
-  costs far more than a PIECEWISE one.
+  costs more than a PIECEWISE one.
 - **attention workspace**: FlashInfer allocates its workspace buffers up front.
 
-The constants were fitted to every real Qwen3.6-35B-A3B boot we hold that prints its budget
-(seed 001 on GB10 with and without MTP, the 0.25.1 GB10 fixture, seed 003's six RTX 5090
-rows) and they reproduce each of them within ±0.45 GiB (every pool within ±3.5%, the MTP
-change −12.8% for the printed −10.2%); ``bench/bench_kvplan.py`` prints the
-cold column. For another model the base is an assumption, and the prediction says so.
+The GB10 and consumer constants were fitted to every real Qwen3.6-35B-A3B boot we hold that
+prints its budget (seed 001 on GB10 with and without MTP, the 0.25.1 GB10 fixture, seed
+003's six RTX 5090 rows), the datacenter ones to ten real vLLM 0.26.0 H200 boots of seven
+models (:mod:`servefleet.core.kvplan.boots`), which five more boots that fit nothing score
+within the same ±1.61%; ``bench/bench_kvplan.py`` prints the cold columns. For another model
+or card the base is an assumption, and the prediction says so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from servefleet.core.engines.vllm import vllm_settings
@@ -39,22 +45,61 @@ from servefleet.core.rules.facts import attention_backend
 
 GIB = 1024**3
 
-BASE_UNIFIED_GIB = 4.90
-"""Non-torch + fixed profiling peak on unified memory (GB10, host-measured free memory)."""
-BASE_DISCRETE_GIB = 1.80
-"""The same on a discrete card (RTX 5090)."""
-FITTED_ON = {
-    True: "fitted on 3 Qwen3.6-35B-A3B GB10 boots (seed 001 MTP on/off, the 0.25.1 fixture)",
-    False: "fitted on 6 Qwen3.6-35B-A3B RTX 5090 boots (seed 003)",
-}
-"""What each base was fitted on (by ``unified_memory``; the cold rows of
-:data:`servefleet.core.kvplan.accuracy.ROWS`): for any other model or card it is an
-assumption, and the reserve's description says so."""
-FULL_GRAPH_GIB = 0.037
-"""One FULL (decode) CUDA graph: 17 FULL + 33 PIECEWISE graphs were estimated at 0.74 GiB on
-a GB10 (vLLM 0.25.1 fixture)."""
-PIECEWISE_GRAPH_GIB = 0.002
-"""One PIECEWISE graph (it shares the activation pool; attention runs outside it)."""
+
+@dataclass(frozen=True)
+class GpuFamily:
+    """The reserve's constants for one kind of GPU, each fitted on the real boots
+    :attr:`fitted_on` names: for any other model or card they are an assumption, and the
+    reserve's description says so."""
+
+    name: str
+    base_gib: float
+    """Non-torch memory and the part of the profiling peak no modelled term explains."""
+    full_graph_gib: float
+    """One FULL (decode) CUDA graph in vLLM's estimate (it holds the attention buffers)."""
+    piecewise_graph_gib: float
+    """One PIECEWISE graph (it shares the activation pool; attention runs outside it)."""
+    fitted_on: str
+
+
+UNIFIED = GpuFamily(
+    "unified memory", base_gib=4.90, full_graph_gib=0.037, piecewise_graph_gib=0.002,
+    fitted_on="fitted on 3 Qwen3.6-35B-A3B GB10 boots (seed 001 MTP on/off, the 0.25.1 "
+              "fixture)")
+"""GB10: vLLM measures free memory from the host (``psutil``), so what the process and the
+OS take while vLLM profiles counts too: about three times a discrete card's base. The graph
+constants: 17 FULL + 33 PIECEWISE graphs were estimated at 0.74 GiB (the 0.25.1 fixture)."""
+CONSUMER = GpuFamily(
+    "consumer card", base_gib=1.80, full_graph_gib=0.037, piecewise_graph_gib=0.002,
+    fitted_on="fitted on 6 Qwen3.6-35B-A3B RTX 5090 boots (seed 003)")
+"""RTX 5090 and other cards outside :data:`DATACENTER_SM`; the graph constants are the
+GB10's (no RTX 5090 log we hold prints a graph estimate)."""
+DATACENTER = GpuFamily(
+    "datacenter card", base_gib=0.50, full_graph_gib=0.0075, piecewise_graph_gib=0.005,
+    fitted_on="fitted on 10 vLLM 0.26.0 H200 boots of 7 models "
+              "(tests/core/kvplan/data/real-logs/vllm-0.26.0-h200)")
+"""A100, H100, H200, B200: the H200 boots print 0.22–0.25 GiB of non-torch memory and
+0.53–0.74 GiB of graph estimate for 51 FULL + 51 PIECEWISE graphs (0.19 for 11 + 19)."""
+DATACENTER_SM = frozenset({(8, 0), (9, 0), (10, 0), (10, 3)})
+"""Compute capabilities of :data:`DATACENTER` (A100; H100/H200; B200/B300)."""
+SAMPLER_BYTES = 16
+"""Bytes per sequence and vocabulary entry of vLLM's V1 profiling sampler run
+(``_dummy_sampler_run``: fp32 logits for ``min(max_num_seqs, max_num_batched_tokens)``
+rows, then top-k and top-p over every entry; the 0.13.0, 0.25.1 and 0.26.0 wheels set both).
+Measured on the H200 boots: 3.79 GiB of the hybrid's 4.01 GiB peak at 1,024 sequences,
+2.32 of Qwen3-30B-A3B's 2.68; with 64 sequences Qwen3-30B-A3B's peak falls to 0.87 GiB,
+while 16,384 batched tokens raise it only to 3.21. The V2 runner's sampler skips top-k and
+top-p while profiling: Llama's peak is the same at 1,024 and 128 sequences."""
+FLASHINFER_SAMPLER_SINCE = (0, 20)
+"""From here FlashInfer's top-k/top-p sampler is on by default (vllm-project/vllm#40376; it
+sorts nothing), so the profiling run's sampler costs little: the RTX 5090 boots of 0.20 and
+0.21 (seed 003) leave no room for the native sampler's peak (with it their pools would be
+7% under the printed ones). Before, the native sampler was the default (#26859 turned
+FlashInfer's off)."""
+NATIVE_SAMPLER_WARMUP_SINCE = (0, 25)
+"""From here the profiling run also warms the native sampler (#41375: "Also warm
+forward_native"), whose peak counts again whatever the default: read in the 0.25.1 and
+0.26.0 wheels. Releases 0.22–0.24 are not checked: the planner gives them FlashInfer's."""
 WORKSPACE_GIB = {"FLASHINFER": 0.52}
 """Attention workspace a backend allocates before the pool (FlashInfer's 394 MiB buffer
 and its wrappers' scratch; the RTX 5090 rows: fp8 KV on FlashInfer leaves 0.4–0.6 GiB less
@@ -99,6 +144,25 @@ class ReserveInputs:
     activation_bytes_per_token: int
     v2_runner: bool = False
     """The V2 model runner (:func:`v2_model_runner`), which leaves graphs out of the budget."""
+    vocab_size: int = 0
+    """The model's vocabulary, for the V1 runner's profiling sampler run (0: unknown)."""
+    native_sampler: bool = True
+    """Whether that run sorts on vLLM's native sampler (:func:`native_profiling_sampler`)."""
+    family: GpuFamily | None = None
+    """The GPU's reserve constants (:func:`gpu_family`); ``None``: :data:`UNIFIED` on
+    unified memory, else :data:`CONSUMER`."""
+
+    @property
+    def gpu_family(self) -> GpuFamily:
+        """:attr:`family`, or the default for :attr:`unified_memory`."""
+        if self.family is not None:
+            return self.family
+        return UNIFIED if self.unified_memory else CONSUMER
+
+    @property
+    def sampler_rows(self) -> int:
+        """The rows of the profiling sampler run: one per dummy request."""
+        return min(self.max_num_seqs, self.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)
@@ -112,20 +176,29 @@ class Reserve:
     piecewise_graphs: int
     full_graphs: int
     inputs: ReserveInputs
+    sampler: float = 0.0
+    """The V1 runner's profiling sampler run (:data:`SAMPLER_BYTES`)."""
 
     @property
     def total(self) -> float:
         """Everything the engine keeps besides weights and the KV pool."""
-        return self.base + self.activations + self.graphs + self.workspace
+        return self.base + self.activations + self.sampler + self.graphs + self.workspace
 
     def describe(self) -> str:
-        """``4.90 GiB base (unified memory; fitted on …, an assumption for other models) +
-        0.63 GiB activations (16,384 batched tokens) …``."""
-        where = "unified memory" if self.inputs.unified_memory else "discrete GPU"
-        parts = [f"{self.base:.2f} GiB base ({where}; {FITTED_ON[self.inputs.unified_memory]}"
-                 ", an assumption for other models)",
+        """``4.78 GiB base (unified memory; fitted on …, an assumption for other models) +
+        0.63 GiB activations (16,384 batched tokens) + 0.12 GiB sampler (…)…``."""
+        family = self.inputs.gpu_family
+        parts = [f"{self.base:.2f} GiB base ({family.name}; {family.fitted_on}, an "
+                 "assumption for other models and cards)",
                  f"{self.activations:.2f} GiB activations "
                  f"({self.inputs.max_num_batched_tokens:,} batched tokens)"]
+        if self.sampler:
+            parts.append(f"{self.sampler:.2f} GiB sampler ({self.inputs.sampler_rows:,} "
+                         f"sequences × {self.inputs.vocab_size:,} vocabulary, V1 runner)")
+        elif not self.inputs.v2_runner and not self.inputs.vocab_size:
+            parts.append("the V1 runner's sampler left out (no vocab_size in the config)")
+        elif not self.inputs.v2_runner and not self.inputs.native_sampler:
+            parts.append("no sampler peak (FlashInfer's sampler profiles without sorting)")
         if self.inputs.graph_profiling:
             parts.append(f"{self.graphs:.2f} GiB CUDA graphs ({self.piecewise_graphs} PIECEWISE "
                          f"+ {self.full_graphs} FULL, {self.inputs.cudagraph_mode})")
@@ -171,10 +244,14 @@ def graph_counts(inputs: ReserveInputs) -> tuple[int, int]:
 def estimate(inputs: ReserveInputs) -> Reserve:
     """The reserve for ``inputs``."""
     piecewise, full = graph_counts(inputs) if inputs.graph_profiling else (0, 0)
+    family = inputs.gpu_family
+    sampler = (inputs.sampler_rows * inputs.vocab_size * SAMPLER_BYTES
+               if inputs.native_sampler and not inputs.v2_runner else 0)
     return Reserve(
-        base=BASE_UNIFIED_GIB if inputs.unified_memory else BASE_DISCRETE_GIB,
+        base=family.base_gib,
         activations=inputs.activation_bytes_per_token * inputs.max_num_batched_tokens / GIB,
-        graphs=piecewise * PIECEWISE_GRAPH_GIB + full * FULL_GRAPH_GIB,
+        sampler=sampler / GIB,
+        graphs=piecewise * family.piecewise_graph_gib + full * family.full_graph_gib,
         workspace=WORKSPACE_GIB.get(inputs.attention_backend, 0.0),
         piecewise_graphs=piecewise, full_graphs=full, inputs=inputs)
 
@@ -215,6 +292,16 @@ def v2_model_runner(profile: Profile, facts: ModelFacts) -> bool:
     return not (spec and spec.method in ("ngram", "ngram_gpu"))
 
 
+def native_profiling_sampler(version: tuple[int, ...], env: Mapping[str, str]) -> bool:
+    """Whether vLLM's profiling run samples on its native (sorting) sampler:
+    ``VLLM_USE_FLASHINFER_SAMPLER=0`` always; by default before
+    :data:`FLASHINFER_SAMPLER_SINCE` and from :data:`NATIVE_SAMPLER_WARMUP_SINCE`."""
+    flag = env.get("VLLM_USE_FLASHINFER_SAMPLER")
+    if flag is not None and flag.strip().lower() in ("0", "false"):
+        return True
+    return version < FLASHINFER_SAMPLER_SINCE or version >= NATIVE_SAMPLER_WARMUP_SINCE
+
+
 def graph_profiling(profile: Profile) -> bool:
     """Whether vLLM's V1 model runner subtracts its CUDA-graph estimate from the budget (the
     V2 runner never does: :func:`inputs_for` asks :func:`v2_model_runner` first)."""
@@ -240,4 +327,16 @@ def inputs_for(facts: ModelFacts, profile: Profile, node: Node) -> ReserveInputs
         cudagraph_mode=derive_expectations(profile, node).cudagraph_mode,
         attention_backend=backend,
         graph_profiling=not v2_runner and graph_profiling(profile), v2_runner=v2_runner,
-        activation_bytes_per_token=facts.activation_bytes_per_token)
+        activation_bytes_per_token=facts.activation_bytes_per_token,
+        vocab_size=facts.vocab_size, family=gpu_family(node),
+        native_sampler=native_profiling_sampler(profile.version, profile.env))
+
+
+def gpu_family(node: Node) -> GpuFamily:
+    """The reserve constants for ``node``'s GPU: unified memory first (a GB10 is sm 12.1),
+    then the datacenter compute capabilities, else a consumer card."""
+    if node.unified_memory:
+        return UNIFIED
+    if node.primary_gpu.sm in DATACENTER_SM:
+        return DATACENTER
+    return CONSUMER

@@ -1,7 +1,8 @@
-"""The KV planner against six real vLLM 0.26.0 boots of full-size models on an NVIDIA H200
-(``data/real-logs/vllm-0.26.0-h200``: dense, MoE, Gated-DeltaNet hybrid, two
-sliding-window models and multi-head latent attention, none of which the planner was fitted
-on).
+"""The KV planner against fifteen real vLLM 0.26.0 boots of nine full-size models on an
+NVIDIA H200 (``data/real-logs/vllm-0.26.0-h200``, :mod:`servefleet.core.kvplan.boots`:
+dense, MoE, Gated-DeltaNet hybrid, two sliding-window models and multi-head latent
+attention). The datacenter reserve was fitted on ten of them; the five others were booted
+once the explanations they test were written down (``docs/planner.md``) and fit nothing.
 
 Each boot is planned the way ``servefleet plan`` plans a profile: a profile with the
 model's ``config.json``, its printed weights and vLLM's defaults, on an H200 node file that
@@ -17,59 +18,19 @@ names only the GPU. Two claims per boot:
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from servefleet.core.bootlog import VllmExtra, parse_text
-from servefleet.core.kvplan import facts_from_config, figures
+from servefleet.core.kvplan import figures
 from servefleet.core.kvplan.accuracy import TOLERANCE
+from servefleet.core.kvplan.boots import BOOTS, MAX_MODEL_LEN, VERSION, Boot, plan_boot
 from servefleet.core.kvplan.pool import GIB
-from servefleet.core.kvplan.predict import Prediction, predict
-from servefleet.core.models import Node, Profile
+from servefleet.core.kvplan.predict import Prediction
 
 DATA = Path(__file__).parent / "data" / "real-logs" / "vllm-0.26.0-h200"
-VERSION = "0.26.0"
-MAX_MODEL_LEN = 32768
-
-
-@dataclass(frozen=True)
-class Boot:
-    """What one boot printed (hard-coded here, and read from its log by the test)."""
-
-    name: str
-    weights_gib: float
-    available_gib: float
-    tokens: int
-    concurrency: float
-    model: str = ""
-    """The ``<model>.config.json`` it served (default: :attr:`name`)."""
-    vllm: tuple[tuple[str, object], ...] = ()
-    """The profile's ``vllm:`` settings besides ``max_model_len`` (its extra flags)."""
-
-
-BOOTS = (
-    Boot("qwen36-text-next", 64.61, 59.01, 2_911_744, 88.86),
-    Boot("qwen3-30b-a3b", 56.88, 68.18, 744_672, 22.73),
-    Boot("llama31-8b", 15.0, 112.28, 919_824, 28.07),
-    Boot("gemma3-27b-text", 50.74, 74.86, 234_148, 7.15),
-    Boot("qwen3-32b", 61.03, 65.75, 269_312, 8.22),
-    Boot("gpt-oss-20b-bf16", 39.15, 85.31, 2_477_616, 75.61),
-    Boot("deepseek-v2-lite", 29.34, 97.96, 3_381_536, 103.20),
-    Boot("qwen36-text-next-u80-b2048", 64.61, 45.71, 2_255_360, 68.83, "qwen36-text-next",
-         (("gpu_memory_utilization", 0.80), ("max_num_batched_tokens", 2048),
-          ("max_num_seqs", 64))),
-    Boot("llama31-8b-fp8kv-s128", 15.04, 112.25, 1_839_136, 56.13, "llama31-8b",
-         (("kv_cache_dtype", "fp8"), ("max_num_seqs", 128))),
-)
-
-H200 = Node.model_validate({
-    "name": "h200", "address": "h200.lan", "ssh": {"agent": True}, "arch": "x86_64",
-    "gpus": [{"name": "NVIDIA H200", "memory_gib": 141, "compute_capability": "9.0"}]})
-"""An operator's node file for the machine: the GPU by name, nothing measured."""
 
 
 def budget_line(log: str) -> tuple[float, float]:
@@ -83,17 +44,8 @@ def budget_line(log: str) -> tuple[float, float]:
 
 
 def plan(boot: Boot) -> Prediction:
-    """The planner's cold prediction for the boot's model and settings on :data:`H200`."""
-    model = boot.model or boot.name
-    config = json.loads((DATA / f"{model}.config.json").read_text())
-    facts = facts_from_config(config, f"{model}.config.json")
-    profile = Profile.model_validate({
-        "name": boot.name, "engine": "vllm", "engine_version": VERSION,
-        "image": {"ref": f"vllm/vllm-openai:v{VERSION}", "digest": "sha256:" + "ab" * 32},
-        "model": {"id": f"example/{boot.name}", "served_name": boot.name,
-                  "weights_gib": boot.weights_gib},
-        "vllm": {"max_model_len": MAX_MODEL_LEN, **dict(boot.vllm)}})
-    return predict(facts, profile, H200)
+    """:func:`plan_boot` on this folder's configs."""
+    return plan_boot(boot, DATA)
 
 
 @pytest.fixture(scope="module", params=BOOTS, ids=lambda boot: boot.name)
@@ -143,6 +95,67 @@ def test_the_cold_budget_is_within_tolerance(boot: tuple[Boot, str]) -> None:
     print(f"{row.name}: planned {planned.available_kv_gib:.2f} GiB KV, printed "
           f"{row.available_gib} GiB ({error:+.1%}); {planned.how}")
     assert abs(error) <= TOLERANCE, planned.how
+
+
+PEAK_TOLERANCE_GIB = 0.45
+"""How far the modelled profiling peak (activations + sampler) may be from the printed
+``peak activation``."""
+PEAK_NOT_EXPLAINED = {
+    "qwen36-text-next-u80-b2048": "the hybrid's forward at 2,048 tokens peaks at 1.02 GiB; "
+                                  "its modelled MoE caches and 64-row sampler take 0.31",
+    "gemma3-27b-text": "Gemma 3's peak (2.79 GiB) does not move from 1,024 to 64 sequences "
+                       "and is 1.5 GiB above its modelled MLP",
+    "gemma3-27b-text-s64": "as gemma3-27b-text",
+    "deepseek-v2-lite": "the V2 runner's MoE and MLA forward peaks 0.58 GiB above the model",
+}
+"""Boots whose printed peak the reserve does not explain (the datacenter base absorbs part
+of it, and each pool is still within tolerance): each must stay outside the tolerance, so
+the list shrinks when the model learns them."""
+GRAPH_TOLERANCE_GIB = 0.15
+
+
+def printed_parts(log: str) -> tuple[float, float, float | None]:
+    """(peak activation, non-torch, the V1 runner's graph estimate or ``None``) as printed."""
+    parts = re.search(r"([\d.]+) GiB for weight, ([\d.]+) GiB for peak activation, "
+                      r"([\d.]+) GiB for non-torch memory", log)
+    graphs = re.search(r"Estimated CUDA graph memory: ([\d.]+) GiB", log)
+    assert parts, "no memory breakdown in the log"
+    return float(parts.group(2)), float(parts.group(3)), (
+        float(graphs.group(1)) if graphs else None)
+
+
+def test_the_reserve_parts_match_the_printed_ones(boot: tuple[Boot, str]) -> None:
+    """Not only the sum: the profiling peak, the graph estimate and the base each match what
+    vLLM printed, so no error hides behind another."""
+    row, log = boot
+    reserve = plan(row).reserve
+    assert reserve is not None
+    peak, non_torch, graphs = printed_parts(log)
+    modelled = reserve.activations + reserve.sampler
+    off = abs(modelled - peak)
+    if row.name in PEAK_NOT_EXPLAINED:
+        assert off > PEAK_TOLERANCE_GIB, (row.name, modelled, peak)
+    else:
+        assert off <= PEAK_TOLERANCE_GIB, (modelled, peak, reserve.describe())
+    if graphs is None:
+        assert reserve.graphs == 0
+    else:
+        assert abs(reserve.graphs - graphs) <= GRAPH_TOLERANCE_GIB, (reserve.graphs, graphs)
+    assert non_torch <= reserve.base <= non_torch + 0.3, reserve.describe()
+
+
+def test_the_held_out_boots_are_scored_like_the_fitted_ones() -> None:
+    """The datacenter constants were fitted on ten boots (the first nine, and the 64-sequence
+    one whose graph estimate set the FULL/PIECEWISE split); the five others (three that vary
+    what drives the peak, two new families) were used to fit nothing."""
+    fitted = [b for b in BOOTS if b.fitted]
+    held_out = [b for b in BOOTS if not b.fitted]
+    assert len(fitted) == 10 and len(held_out) == 5
+    assert {b.model or b.name for b in held_out} - {b.model or b.name for b in fitted} == {
+        "mixtral-8x7b", "mistral-nemo-12b"}
+    for row in held_out:
+        error = plan(row).available_kv_gib / row.available_gib - 1
+        assert abs(error) <= TOLERANCE, (row.name, error)
 
 
 def test_graphs_are_in_the_budget_exactly_when_the_log_profiles_them(

@@ -13,7 +13,7 @@ from servefleet.core.errors import ConfigError
 from servefleet.core.kvplan import facts_from_config, layout, predict
 from servefleet.core.kvplan.accuracy import ROWS
 from servefleet.core.kvplan.predict import profile_layout
-from servefleet.core.kvplan.reserve import FITTED_ON, ReserveInputs, estimate
+from servefleet.core.kvplan.reserve import CONSUMER, UNIFIED, ReserveInputs, estimate
 from servefleet.core.models import Node, Profile
 from servefleet.core.project import load_project
 from tests.reference_project import REPO_ROOT
@@ -261,16 +261,16 @@ def test_nvfp4_weights_without_quantization_config_under_auto_are_refused(rtx509
 
 def test_the_reserve_says_what_its_base_was_fitted_on():
     cold = [row.cold for row in ROWS if row.cold is not None and not row.not_modelled]
-    for unified in (True, False):
+    for unified, family in ((True, UNIFIED), (False, CONSUMER)):
         count = sum(1 for c in cold if c.reserve.unified_memory is unified)
-        assert FITTED_ON[unified].startswith(f"fitted on {count} Qwen3.6-35B-A3B ")
+        assert family.fitted_on.startswith(f"fitted on {count} Qwen3.6-35B-A3B ")
     inputs = ReserveInputs(unified_memory=False, version=(0, 21), max_num_batched_tokens=8192,
                            max_num_seqs=64, num_spec=0, cudagraph_mode="FULL_AND_PIECEWISE",
                            attention_backend="FLASH_ATTN", graph_profiling=True,
                            activation_bytes_per_token=0)
     assert estimate(inputs).describe().startswith(
-        "1.80 GiB base (discrete GPU; fitted on 6 Qwen3.6-35B-A3B RTX 5090 boots (seed 003), "
-        "an assumption for other models)")
+        "1.80 GiB base (consumer card; fitted on 6 Qwen3.6-35B-A3B RTX 5090 boots (seed 003), "
+        "an assumption for other models and cards)")
 
 
 def test_mla_is_one_latent_per_token_and_layer():

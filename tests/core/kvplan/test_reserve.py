@@ -13,6 +13,7 @@ from servefleet.core.kvplan.accuracy import (
     evaluate_cold,
     mtp_delta,
 )
+from servefleet.core.kvplan.pool import GIB
 from servefleet.core.kvplan.reserve import (
     ReserveInputs,
     capture_sizes,
@@ -110,3 +111,53 @@ def test_a_gb10_gets_the_small_batch_tier_from_0_13_as_its_real_boots_show():
     for version in ("0.13.0", "0.19.1", "0.21.0", "0.25.1", "0.26.0"):
         assert batch(version, "NVIDIA GB10", 128, "12.1") == (2048, 256), version
         assert batch(version, "NVIDIA H200", 141, "9.0") == (8192, 1024), version
+
+
+def test_the_v1_sampler_moves_with_sequences_and_vocabulary_and_not_on_v2():
+    """vLLM's V1 profiling run samples ``min(max_num_seqs, max_num_batched_tokens)`` rows
+    over the whole vocabulary (the H200 boots: Qwen3-30B-A3B's peak is 2.68 GiB at 1,024
+    sequences, 0.87 at 64); the V2 runner's profiling sampler does not sort."""
+    from servefleet.core.kvplan.reserve import SAMPLER_BYTES
+
+    inputs = _inputs(max_num_seqs=1024, vocab_size=151936, graph_profiling=False)
+    assert estimate(inputs).sampler * GIB == 1024 * 151936 * SAMPLER_BYTES
+    assert estimate(_inputs(max_num_seqs=64, vocab_size=151936)).sampler == pytest.approx(
+        estimate(inputs).sampler / 16)
+    assert estimate(_inputs(max_num_seqs=4096, max_num_batched_tokens=2048,
+                            vocab_size=1000)).sampler * GIB == 2048 * 1000 * SAMPLER_BYTES
+    assert estimate(_inputs(vocab_size=151936, v2_runner=True)).sampler == 0
+    assert estimate(_inputs(vocab_size=151936, native_sampler=False)).sampler == 0
+    assert estimate(inputs).total == pytest.approx(
+        estimate(_inputs(max_num_seqs=1024, graph_profiling=False)).total
+        + estimate(inputs).sampler)
+
+
+def test_the_sampler_peak_follows_flashinfer_by_version_and_env():
+    from servefleet.core.kvplan.reserve import native_profiling_sampler
+
+    assert native_profiling_sampler((0, 19, 1), {})
+    assert not native_profiling_sampler((0, 20), {})
+    assert not native_profiling_sampler((0, 21), {})
+    assert native_profiling_sampler((0, 21), {"VLLM_USE_FLASHINFER_SAMPLER": "0"})
+    assert native_profiling_sampler((0, 25, 1), {})
+    assert native_profiling_sampler((0, 26), {"VLLM_USE_FLASHINFER_SAMPLER": "1"})
+
+
+def test_each_gpu_family_has_its_own_constants():
+    from servefleet.core.kvplan.reserve import CONSUMER, DATACENTER, UNIFIED, gpu_family
+    from servefleet.core.models import Node
+
+    def node(name: str, cc: str, memory: int, unified: bool = False) -> Node:
+        return Node.model_validate({
+            "name": "n", "address": "n.lan", "ssh": {"agent": True}, "arch": "x86_64",
+            "gpus": [{"name": name, "memory_gib": memory, "compute_capability": cc,
+                      "unified_memory": unified}]})
+
+    assert gpu_family(node("NVIDIA GB10", "12.1", 128, unified=True)) is UNIFIED
+    assert gpu_family(node("NVIDIA GeForce RTX 5090", "12.0", 32)) is CONSUMER
+    assert gpu_family(node("NVIDIA H200", "9.0", 141)) is DATACENTER
+    assert gpu_family(node("NVIDIA A100-SXM4-80GB", "8.0", 80)) is DATACENTER
+    assert gpu_family(node("NVIDIA L40S", "8.9", 48)) is CONSUMER
+    described = estimate(_inputs(family=DATACENTER)).describe()
+    assert described.startswith("0.50 GiB base (datacenter card; fitted on 10 vLLM 0.26.0 "
+                                "H200 boots")
