@@ -19,7 +19,9 @@ planning such a model as plain full attention: Mamba/SSM layers other than Gated
 without ``layer_types``: Mistral-7B-v0.1, Gemma 2's ``interleaved_sliding_window``), sliding
 layers beside Gated-DeltaNet layers, per-layer-type head shapes (Gemma 4's
 ``global_head_dim``/``num_global_key_value_heads``), DeepSeek sparse attention, chunked local
-attention, and cross-layer KV sharing (``num_kv_shared_layers``).
+attention, and cross-layer KV sharing (``num_kv_shared_layers``). A multimodal checkpoint's
+encoders (``vision_config``, ``audio_config``) are read, not refused: its text tower's
+layout is right, and a cold prediction says it leaves out their profiling pass.
 """
 
 from __future__ import annotations
@@ -107,6 +109,11 @@ class ModelFacts:
     separate V, shared by every head and every tensor-parallel rank (``MLAAttentionSpec``)."""
     architectures: tuple[str, ...] = ()
     """``architectures`` of the config (vLLM picks some defaults by architecture)."""
+    encoders: tuple[str, ...] = ()
+    """Top-level encoder configs (:data:`ENCODER_KEYS`) beside the text model: vLLM profiles
+    such an encoder with its largest input item before it sizes the pool and keeps an
+    encoder cache beside it, neither of which the planner models (``vllm.language_model_only``
+    leaves the encoder out)."""
     vocab_size: int = 0
     """Rows of the output projection (``vocab_size``): vLLM's V1 runner profiles a sampler run
     over that many logits per sequence (:mod:`servefleet.core.kvplan.reserve`). 0: unknown."""
@@ -384,7 +391,13 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
         moe=any(isinstance(text.get(key), int) and text[key] > 0
                 for key in ("num_experts", "num_local_experts", "n_routed_experts")),
         vocab_size=_vocab(text),
+        encoders=tuple(key for key in ENCODER_KEYS if isinstance(config.get(key), dict)),
     )
+
+
+ENCODER_KEYS = ("vision_config", "audio_config")
+"""The configs of a multimodal checkpoint's encoders (Qwen-VL, Gemma 3, Llama 4, Whisper-like
+audio towers) beside its ``text_config``."""
 
 
 def _vocab(text: dict[str, Any]) -> int:

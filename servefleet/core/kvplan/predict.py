@@ -200,6 +200,9 @@ def predict(facts: ModelFacts, profile: Profile, node: Node,
         non_kv = reserve.total
         how = (f"modelled cold (no measured run on {node.name}) against "
                f"{gpu.memory_basis()}: {reserve.describe()}")
+        unmodelled = unmodelled_encoders(facts, profile)
+        if unmodelled:
+            how += f"; {unmodelled}"
         calibrated = False
     available = total * util - weights - non_kv
     if explicit is not None:  # vLLM takes this budget as it is, whatever the utilization
@@ -214,6 +217,19 @@ def predict(facts: ModelFacts, profile: Profile, node: Node,
     return Prediction(total_gib=total, utilization=util, weights_gib=weights, non_kv_gib=non_kv,
                       available_kv_gib=available, layout=lay, pool=pool, calibrated=calibrated,
                       reserve=reserve, how=how, host_headroom_gib=headroom)
+
+
+def unmodelled_encoders(facts: ModelFacts, profile: Profile) -> str | None:
+    """What a cold prediction leaves out for a multimodal checkpoint served with its
+    encoders (``None``: none, or ``vllm.language_model_only``)."""
+    if not facts.encoders or vllm_settings(profile).language_model_only:
+        return None
+    names = " and ".join(key.removesuffix("_config") for key in facts.encoders)
+    return (f"the {names} encoder is not modelled: vLLM profiles it with its largest input "
+            "item (a video for Qwen-VL) before it sizes the pool and keeps an encoder cache "
+            "beside it, so the pool will be smaller than planned (a vision-language MoE on two "
+            "H100s printed 6-9% less); vllm.language_model_only leaves the encoder out, and "
+            "a deploy's recorded pool calibrates later plans")
 
 
 def with_settings(profile: Profile, **changes: object) -> Profile:

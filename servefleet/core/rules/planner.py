@@ -132,6 +132,29 @@ def model_config_not_plannable(ctx: ProfileContext) -> Iterator[Issue]:
                     message=message, why=WHY_PLAN, fix=fix)
 
 
+@profile_rule("model-encoder-not-modelled", Severity.WARNING, engines=VLLM_ONLY)
+def model_encoder_not_modelled(ctx: ProfileContext) -> Iterator[Issue]:
+    """A multimodal checkpoint served with its encoders: the cold plan leaves them out."""
+    from servefleet.core.kvplan.predict import unmodelled_encoders
+
+    facts = _pinned(ctx)
+    if facts is None:
+        return
+    why_not = unmodelled_encoders(facts, ctx.profile)
+    if why_not is None:
+        return
+    assert ctx.profile.model.config is not None
+    yield Issue(
+        field="vllm.language_model_only", value=False,
+        message=(f"profiles/{ctx.profile.model.config.file} has {', '.join(facts.encoders)}: "
+                 + why_not.split(": ", 1)[1]),
+        why=("vLLM vllm/v1/worker/gpu_model_runner.py profile_run(): the multimodal encoder "
+             "and its cache are profiled before determine_available_memory() sizes the KV "
+             "pool"),
+        fix=("set vllm.language_model_only: true where the node serves text only; otherwise "
+             "read the cold plan as an upper bound until the first deploy records the pool"))
+
+
 @placement_rule("model-weights-unknown", Severity.ERROR, engines=VLLM_ONLY)
 def model_weights_unknown(ctx: PlacementContext) -> Iterator[Issue]:
     """model.weights_gib is not set: the KV pool and the memory fit cannot be judged."""

@@ -286,3 +286,20 @@ def test_mla_is_one_latent_per_token_and_layer():
     assert layout(facts, kv_dtype="auto", mtp=True, num_spec=1).attention_layers == 62
     with pytest.raises(ConfigError, match="multi-head latent attention is not modelled"):
         layout(facts, kv_dtype="turboquant_4bit_nc")
+
+
+def test_a_cold_plan_of_a_multimodal_checkpoint_says_what_it_leaves_out(rtx5090):
+    """Its encoders are read (not refused: the text tower's layout is right) and the cold
+    prediction says it leaves out their profiling pass, unless the profile serves text only."""
+    from tests.core.rules.test_planner import QWEN3_VL_MOE
+
+    facts = facts_from_config(QWEN3_VL_MOE, SRC)
+    assert facts.encoders == ("vision_config",) and facts.moe and facts.vocab_size == 151936
+    profile = llama_profile(weights_gib=10.0)
+    planned = predict(facts, profile, rtx5090)
+    assert "the vision encoder is not modelled" in planned.how
+    assert "vllm.language_model_only leaves the encoder out" in planned.how
+    text_only = profile.model_copy(update={"vllm": profile.vllm.model_copy(
+        update={"language_model_only": True})})
+    assert "encoder" not in predict(facts, text_only, rtx5090).how
+    assert facts_from_config(LLAMA31_8B, SRC).encoders == ()

@@ -133,3 +133,31 @@ def test_extends_that_restates_the_facts_or_keeps_the_model_is_clean(kit, tmp_pa
     assert kit.run("extends-keeps-model-facts", restated) == []
     same = with_parent(kit, tmp_path, {"model": {"served_name": "other"}})
     assert kit.run("extends-keeps-model-facts", same) == []
+
+
+QWEN3_VL_MOE: dict[str, Any] = {  # Qwen/Qwen3-VL-30B-A3B-Instruct: the text tower and a vision one
+    "architectures": ["Qwen3VLMoeForConditionalGeneration"], "model_type": "qwen3_vl_moe",
+    "text_config": {
+        "model_type": "qwen3_vl_moe_text", "hidden_size": 2048, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+        "vocab_size": 151936, "max_position_embeddings": 262144, "dtype": "bfloat16"},
+    "vision_config": {"model_type": "qwen3_vl_moe", "depth": 27, "hidden_size": 1152,
+                      "out_hidden_size": 2048, "patch_size": 16, "temporal_patch_size": 2},
+}
+
+
+def test_a_multimodal_checkpoint_served_with_its_encoder_is_a_warning(kit, tmp_path):
+    ref = pin(tmp_path, "qwen3-vl.json", QWEN3_VL_MOE)
+    model = {"id": "Qwen/Qwen3-VL-30B-A3B-Instruct", "config": ref, "hybrid_gdn": False}
+    profile = kit.profile(model=model)
+    finding = kit.only("model-encoder-not-modelled", rooted(kit.alone(profile), tmp_path))
+    assert finding.severity.value == "warning"
+    kit.assert_message(finding, file="profiles/p.yaml", field="vllm.language_model_only",
+                       value="has vision_config", why="profile_run()",
+                       fix="set vllm.language_model_only: true")
+    text_only = kit.profile(model=model, vllm={"language_model_only": True})
+    assert kit.run("model-encoder-not-modelled", rooted(kit.alone(text_only), tmp_path)) == []
+    # The shipped Qwen3.6 config is the text model alone.
+    assert kit.run("model-encoder-not-modelled",
+                   rooted(kit.alone(qwen(kit, tmp_path)), tmp_path)) == []
