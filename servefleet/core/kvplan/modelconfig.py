@@ -388,8 +388,7 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
         max_position_embeddings=max_pos if isinstance(max_pos, int) else None,
         sliding_layers=sliding,
         sliding_window=int(text["sliding_window"]) if sliding else None,
-        moe=any(isinstance(text.get(key), int) and text[key] > 0
-                for key in ("num_experts", "num_local_experts", "n_routed_experts")),
+        moe=num_experts(text) > 0,
         vocab_size=_vocab(text),
         encoders=tuple(key for key in ENCODER_KEYS if isinstance(config.get(key), dict)),
     )
@@ -406,14 +405,45 @@ def _vocab(text: dict[str, Any]) -> int:
     return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else 0
 
 
+EXPERT_COUNT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
+"""Where a config states its routed experts, in the order vLLM reads them
+(``ModelArchConfigConvertor.get_num_experts`` in the 0.26.0 wheel: Jamba/Qwen, DBRX/ERNIE,
+DeepSeek, Mixtral); vLLM keeps a model with experts on its V1 runner."""
+EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_k", "moe_topk")
+"""Where a config states the experts each token uses (``moe_k``: ERNIE 4.5; ``moe_topk``:
+Hunyuan; ``experts_per_token``: gpt-oss)."""
+
+
+def num_experts(text: dict[str, Any]) -> int:
+    """The routed experts (0: a dense model), as vLLM counts them: the first key of
+    :data:`EXPERT_COUNT_KEYS` present, a list's first entry, else the largest count of a
+    ``block_configs`` MoE block (Nemotron-H)."""
+    for key in EXPERT_COUNT_KEYS:
+        if key not in text:
+            continue
+        value = text[key]
+        if isinstance(value, list) and value:
+            value = value[0]
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        break  # vLLM takes the first key present; a zero there sends it to block_configs
+    blocks = text.get("block_configs")
+    counts = [b.get("n_routed_experts") or 0 for b in blocks or () if isinstance(b, dict)
+              and b.get("block_type") == "moe"] if isinstance(blocks, list) else []
+    return max((c for c in counts if isinstance(c, int)), default=0)
+
+
 def _activation_bytes(text: dict[str, Any], dtype_bytes: int) -> int:
     """See :attr:`ModelFacts.activation_bytes_per_token`."""
     hidden = text.get("hidden_size")
     if not isinstance(hidden, int):
         return 0
-    top_k = text.get("num_experts_per_tok") or text.get("experts_per_token")  # gpt-oss
+    top_k = next((text[key] for key in EXPERTS_PER_TOKEN_KEYS
+                  if isinstance(text.get(key), int) and not isinstance(text[key], bool)), None)
     moe = text.get("moe_intermediate_size") or (
-        text.get("intermediate_size") if text.get("num_local_experts") else None)
+        text.get("intermediate_size") if num_experts(text) else None)
+    if isinstance(moe, list) and moe:
+        moe = moe[0]
     if isinstance(top_k, int) and isinstance(moe, int):
         mlp = top_k * 3 * moe
     else:

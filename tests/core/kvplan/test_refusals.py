@@ -303,3 +303,31 @@ def test_a_cold_plan_of_a_multimodal_checkpoint_says_what_it_leaves_out(rtx5090)
         update={"language_model_only": True})})
     assert "encoder" not in predict(facts, text_only, rtx5090).how
     assert facts_from_config(LLAMA31_8B, SRC).encoders == ()
+
+
+ERNIE45_21B_A3B: dict[str, Any] = {  # baidu/ERNIE-4.5-21B-A3B-PT
+    "architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe",
+    "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 28,
+    "num_attention_heads": 20, "num_key_value_heads": 4, "head_dim": 128,
+    "moe_num_experts": 64, "moe_k": 6, "moe_intermediate_size": 1536,
+    "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "vocab_size": 103424,
+    "max_position_embeddings": 131072, "rope_theta": 500000, "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16"}
+
+
+def test_experts_are_counted_where_vllm_counts_them():
+    """ERNIE 4.5 names its experts ``moe_num_experts`` and its top-k ``moe_k``: vLLM keeps it
+    on the V1 runner as an MoE, and its activations are its experts', not a 12,288-wide
+    dense MLP's."""
+    from servefleet.core.kvplan.modelconfig import num_experts
+
+    facts = facts_from_config(ERNIE45_21B_A3B, SRC)
+    assert facts.moe and facts.vocab_size == 103424
+    assert facts.activation_bytes_per_token == 2 * (6 * 3 * 1536 + 4 * 2560)
+    assert num_experts({"num_local_experts": [8, 8]}) == 8
+    assert num_experts({"block_configs": [{"block_type": "moe", "n_routed_experts": 128},
+                                          {"block_type": "attention"}]}) == 128
+    assert num_experts({"num_experts": 0, "n_routed_experts": 64}) == 0  # vLLM's order
+    assert num_experts({"num_experts": 0, "block_configs": [
+        {"block_type": "moe", "n_routed_experts": 16}]}) == 16
+    assert not facts_from_config(LLAMA31_8B, SRC).moe
