@@ -11,7 +11,9 @@ SIGTERM and writes ``OUT/<name>.log`` (stdout and stderr, as written) and
 
     python3 bench/gpu/boot_vllm_truth.py --out "$OUT" qwen36-text-next llama31-8b
 
-On a machine with several GPUs, one runner per GPU boots a share of the list side by side:
+``--config-dir DIR`` boots ``DIR/<name>.config.json`` instead (a set kept outside the
+project, scored by ``bench/bench_kvplan.py --held-out``). On a machine with several GPUs, one
+runner per GPU boots a share of the list side by side:
 ``CUDA_VISIBLE_DEVICES=1 python3 bench/gpu/boot_vllm_truth.py --port 18201 …``.
 """
 
@@ -62,13 +64,15 @@ def stop(server: subprocess.Popen[bytes]) -> None:
         server.wait()
 
 
-def boot(name: str, work: Path, out: Path, timeout: float, port: int = PORT
-         ) -> dict[str, object]:
+def boot(name: str, work: Path, out: Path, timeout: float, port: int = PORT,
+         config_dir: Path | None = None) -> dict[str, object]:
     """Boot ``name`` once; its record."""
     model, extra = VARIANTS.get(name, (name, ()))
     folder = work / model
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(MODELS[model](), indent=1) + "\n")
+    config = ((config_dir / f"{name}.config.json").read_text() if config_dir is not None
+              else json.dumps(MODELS[model](), indent=1) + "\n")
+    (folder / "config.json").write_text(config)
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(folder),
             "--served-model-name", name, "--load-format", "dummy", "--skip-tokenizer-init",
             "--max-model-len", str(MAX_MODEL_LEN), *extra,
@@ -101,7 +105,10 @@ def boot(name: str, work: Path, out: Path, timeout: float, port: int = PORT
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=list(MODELS),
-                        choices=[*MODELS, *VARIANTS])
+                        help=f"among {', '.join([*MODELS, *VARIANTS])}, or the configs of "
+                             "--config-dir")
+    parser.add_argument("--config-dir", type=Path, default=None,
+                        help="boot DIR/<name>.config.json for each name instead")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--work", type=Path, default=Path("/tmp/sf-truth"))
     parser.add_argument("--port", type=int, default=PORT,
@@ -112,7 +119,13 @@ def main() -> int:
     # SIGTERM ends the run like Ctrl-C: through ``boot``'s clean-up, which stops the server.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.out.mkdir(parents=True, exist_ok=True)
-    records = [boot(name, args.work, args.out, args.timeout, args.port)
+    known = [*MODELS, *VARIANTS]
+    unknown = [n for n in args.models if (args.config_dir is None and n not in known)
+               or (args.config_dir is not None
+               and not (args.config_dir / f"{n}.config.json").is_file())]
+    if unknown:
+        parser.error(f"no config for {', '.join(unknown)}")
+    records = [boot(name, args.work, args.out, args.timeout, args.port, args.config_dir)
                for name in args.models]
     return 0 if all(r["ready_s"] is not None for r in records) else 1
 
