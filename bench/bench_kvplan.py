@@ -2,11 +2,14 @@
 real H200 boot of a full-size model (nine models, fitted and held-out rows marked), and
 every pool vLLM's CPU build printed for the simulated nodes' tiny twin.
 
-    .venv/bin/python bench/bench_kvplan.py [--notes] [--json]
+    .venv/bin/python bench/bench_kvplan.py [--notes] [--json] [--held-out DIR]
 
 Prints one row per figure (inputs, predicted, printed, error %) as Markdown tables and the
 worst case; rows the planner does not model are listed with the reason (``--notes``: every
 row's note). ``--json`` prints one JSON document instead (the counts and the worst errors).
+``--held-out DIR`` scores a folder of boots kept outside the project the same way as the H200
+rows: each ``<name>.log`` written by ``bench/gpu/boot_vllm_truth.py --config-dir`` beside its
+``<name>.config.json`` and ``<name>.record.json`` (the flags it booted with).
 
 Exit status: 0 when every table compared at least one figure and every compared figure is
 within the planner's tolerance; 1 when a table compared nothing (the comparison did not
@@ -20,11 +23,13 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
+from servefleet.core.bootlog import VllmExtra, parse_text
 from servefleet.core.kvplan import facts_from_config, load_pinned
 from servefleet.core.kvplan.accuracy import TOLERANCE, cold_table, cpu_table, mtp_delta, table
-from servefleet.core.kvplan.boots import BOOTS, MAX_MODEL_LEN, plan_boot
+from servefleet.core.kvplan.boots import BOOTS, MAX_MODEL_LEN, Boot, plan_boot
 from servefleet.core.kvplan.pool import GIB, figures
 from servefleet.sim.engines.tiny_qwen3_moe import CONFIG as TINY_CONFIG
 
@@ -32,6 +37,51 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ("models/qwen3.6-35b-a3b.config.json",
           "a24b96956f06a5055ab1e73006159adfe90cb8d6fb02f33459166f6ed8a40879")
 H200_DATA = ROOT / "tests" / "core" / "kvplan" / "data" / "real-logs" / "vllm-0.26.0-h200"
+
+
+FLAGS = {"--max-num-seqs": ("max_num_seqs", int),
+         "--max-num-batched-tokens": ("max_num_batched_tokens", int),
+         "--gpu-memory-utilization": ("gpu_memory_utilization", float),
+         "--kv-cache-dtype": ("kv_cache_dtype", str)}
+"""The ``vllm serve`` flags a recorded boot may add, as profile settings."""
+
+
+def recorded_boot(folder: Path, name: str) -> Boot:
+    """A boot of ``folder`` as :class:`Boot`: its printed figures read by the project's own
+    boot-log reader, its flags from its record."""
+    log = (folder / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+    facts = parse_text(log)
+    if not isinstance(facts.extra, VllmExtra) or facts.extra.available_kv_cache_gib is None \
+            or facts.model_load_gib is None or facts.kv_cache_tokens is None:
+        raise SystemExit(f"bench_kvplan: {folder / name}.log: not a finished vLLM boot")
+    argv = json.loads((folder / f"{name}.record.json").read_text())["argv"]
+    settings = tuple((FLAGS[flag][0], FLAGS[flag][1](value))
+                     for flag, value in pairwise(argv) if flag in FLAGS)
+    return Boot(name, facts.model_load_gib, facts.extra.available_kv_cache_gib,
+                facts.kv_cache_tokens, facts.max_concurrency or 0.0, name, settings)
+
+
+def held_out_table(folder: Path, say: Callable[[str], None]) -> list[float]:
+    """The boots of ``folder`` (kept outside the project), scored like the H200 rows."""
+    say(f"\nHeld out, kept outside the project ({folder}):\n")
+    say("| boot | runner | printed tokens | layout from printed GiB | cold: predicted GiB | "
+        "printed GiB | cold error |")
+    say("|---|---|---|---|---|---|---|")
+    errors = []
+    for log in sorted(folder.glob("*.log")):
+        boot = recorded_boot(folder, log.stem)
+        planned = plan_boot(boot, folder)
+        layout = figures(planned.layout, boot.available_gib * GIB, MAX_MODEL_LEN, (0, 26))
+        cold = planned.available_kv_gib / boot.available_gib - 1
+        errors.append(cold)
+        runner = "V2" if planned.reserve is not None and planned.reserve.inputs.v2_runner \
+            else "V1"
+        say(f"| {boot.name} | {runner} | {boot.tokens:,} | "
+            f"{layout.kv_cache_tokens / boot.tokens - 1:+.2%} | "
+            f"{planned.available_kv_gib:.2f} | {boot.available_gib} | {cold:+.2%} |")
+    say(f"\nworst held-out cold: ±{max(map(abs, errors), default=0.0):.2%} "
+        f"({len(errors)} boots)")
+    return errors
 
 
 def h200_table(say: Callable[[str], None]) -> list[float]:
@@ -70,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--notes", action="store_true", help="every row's note")
     parser.add_argument("--json", action="store_true", help="one JSON document")
+    parser.add_argument("--held-out", type=Path, default=None, metavar="DIR",
+                        help="also score the boots of DIR, kept outside the project")
     args = parser.parse_args(argv)
     lines: list[str] = []
     say = lines.append
@@ -103,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     h200 = h200_table(say)
     compared["h200"] = len(h200)
     worst["h200"] = max(map(abs, h200), default=0.0)
+    if args.held_out is not None:
+        held = held_out_table(args.held_out, say)
+        compared["held_out"] = len(held)
+        worst["held_out"] = max(map(abs, held), default=0.0)
     say("\nvLLM's CPU build (simulated nodes) on the tiny twin:\n")
     say("| source and inputs | KV space | predicted tokens | printed tokens | error | "
         "predicted conc. | printed conc. |")

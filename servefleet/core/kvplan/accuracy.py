@@ -49,8 +49,9 @@ def _reserve(*, unified: bool, version: tuple[int, ...], tokens: int, seqs: int,
                          native_sampler=native_profiling_sampler(version, {}))
 
 
-QWEN36_ACTIVATION_BYTES = 2 * (8 * 3 * 512 + 4 * 2048)
-"""Qwen3.6-35B-A3B: bf16 × (8 experts × 3 × 512 + 4 × 2048 hidden) per batched token."""
+QWEN36_ACTIVATION_BYTES = 2 * (8 * 3 * 512 + 3 * 512 + 4 * 2048)
+"""Qwen3.6-35B-A3B: bf16 × (8 experts × 3 × 512 + the shared expert's 3 × 512 + 4 × 2048
+hidden) per batched token (:attr:`ModelFacts.activation_bytes_per_token` of its config)."""
 QWEN36_VOCAB = 248320
 """Qwen3.6-35B-A3B's ``vocab_size`` (its pinned config's ``text_config``)."""
 

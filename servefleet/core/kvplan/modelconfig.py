@@ -91,8 +91,9 @@ class ModelFacts:
     max_position_embeddings: int | None
     activation_bytes_per_token: int = 0
     """Activation bytes one batched token adds to vLLM's profiling peak: the fused-MoE
-    intermediate caches (``top_k × 3 × moe_intermediate_size``; ``3 × intermediate_size``
-    for a dense MLP) plus four hidden-sized buffers, in the model dtype. 0: unknown."""
+    intermediate caches (``top_k × 3 × moe_intermediate_size``, and ``3 ×`` the shared
+    experts' width, which every token runs too; ``3 × intermediate_size`` for a dense MLP)
+    plus four hidden-sized buffers, in the model dtype. 0: unknown."""
     kv_quant: KvQuant | None = None
     """The KV-cache quantization the checkpoint declares (``None``: none)."""
     has_quantization_config: bool = False
@@ -433,6 +434,18 @@ def num_experts(text: dict[str, Any]) -> int:
     return max((c for c in counts if isinstance(c, int)), default=0)
 
 
+def _shared_expert_width(text: dict[str, Any], moe: int) -> int:
+    """The intermediate width of the shared experts every token also runs (0: none):
+    ``shared_expert_intermediate_size`` (Qwen2/Qwen3-Next MoE), else the count of shared
+    experts (``n_shared_experts``: DeepSeek; ``moe_num_shared_experts``: ERNIE) × the
+    expert width."""
+    width = text.get("shared_expert_intermediate_size")
+    if isinstance(width, int) and not isinstance(width, bool):
+        return max(width, 0)
+    count = text.get("n_shared_experts") or text.get("moe_num_shared_experts") or 0
+    return count * moe if isinstance(count, int) and not isinstance(count, bool) else 0
+
+
 def _activation_bytes(text: dict[str, Any], dtype_bytes: int) -> int:
     """See :attr:`ModelFacts.activation_bytes_per_token`."""
     hidden = text.get("hidden_size")
@@ -445,7 +458,7 @@ def _activation_bytes(text: dict[str, Any], dtype_bytes: int) -> int:
     if isinstance(moe, list) and moe:
         moe = moe[0]
     if isinstance(top_k, int) and isinstance(moe, int):
-        mlp = top_k * 3 * moe
+        mlp = top_k * 3 * moe + 3 * _shared_expert_width(text, moe)
     else:
         dense = text.get("intermediate_size")
         mlp = 3 * dense if isinstance(dense, int) else 0

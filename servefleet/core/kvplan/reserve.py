@@ -63,7 +63,7 @@ class GpuFamily:
 
 
 UNIFIED = GpuFamily(
-    "unified memory", base_gib=4.90, full_graph_gib=0.037, piecewise_graph_gib=0.002,
+    "unified memory", base_gib=4.85, full_graph_gib=0.037, piecewise_graph_gib=0.002,
     fitted_on="fitted on 3 Qwen3.6-35B-A3B GB10 boots (seed 001 MTP on/off, the 0.25.1 "
               "fixture)")
 """GB10: vLLM measures free memory from the host (``psutil``), so what the process and the

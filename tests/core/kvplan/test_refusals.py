@@ -323,7 +323,8 @@ def test_experts_are_counted_where_vllm_counts_them():
 
     facts = facts_from_config(ERNIE45_21B_A3B, SRC)
     assert facts.moe and facts.vocab_size == 103424
-    assert facts.activation_bytes_per_token == 2 * (6 * 3 * 1536 + 4 * 2560)
+    # Six routed experts and two shared ones (moe_num_shared_experts) of 1,536.
+    assert facts.activation_bytes_per_token == 2 * (6 * 3 * 1536 + 3 * 2 * 1536 + 4 * 2560)
     assert num_experts({"num_local_experts": [8, 8]}) == 8
     assert num_experts({"block_configs": [{"block_type": "moe", "n_routed_experts": 128},
                                           {"block_type": "attention"}]}) == 128
