@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
@@ -61,27 +62,50 @@ def recorded_boot(folder: Path, name: str) -> Boot:
                 facts.kv_cache_tokens, facts.max_concurrency or 0.0, name, settings)
 
 
+@dataclass(frozen=True)
+class Scored:
+    """One boot planned cold: its runner, the layout's error from the printed KV memory and
+    the cold budget's error."""
+
+    boot: Boot
+    runner: str
+    per_token: float
+    cold: float
+    planned_gib: float
+
+
+def score(boot: Boot, data: Path) -> Scored:
+    """Plan ``boot`` from ``data``'s configs and compare it with what it printed."""
+    planned = plan_boot(boot, data)
+    layout = figures(planned.layout, boot.available_gib * GIB, MAX_MODEL_LEN, (0, 26))
+    v2 = planned.reserve is not None and planned.reserve.inputs.v2_runner
+    return Scored(boot, "V2" if v2 else "V1", layout.kv_cache_tokens / boot.tokens - 1,
+                  planned.available_kv_gib / boot.available_gib - 1, planned.available_kv_gib)
+
+
+def _row(found: Scored, *first: str) -> str:
+    boot = found.boot
+    return (f"| {' | '.join(first)} | {found.runner} | {boot.tokens:,} | "
+            f"{found.per_token:+.2%} | {found.planned_gib:.2f} | {boot.available_gib} | "
+            f"{found.cold:+.2%} |")
+
+
+def _worst(found: list[Scored]) -> str:
+    return f"±{max((abs(f.cold) for f in found), default=0.0):.2%} ({len(found)} boots)"
+
+
 def held_out_table(folder: Path, say: Callable[[str], None]) -> list[float]:
     """The boots of ``folder`` (kept outside the project), scored like the H200 rows."""
     say(f"\nHeld out, kept outside the project ({folder}):\n")
     say("| boot | runner | printed tokens | layout from printed GiB | cold: predicted GiB | "
         "printed GiB | cold error |")
     say("|---|---|---|---|---|---|---|")
-    errors = []
-    for log in sorted(folder.glob("*.log")):
-        boot = recorded_boot(folder, log.stem)
-        planned = plan_boot(boot, folder)
-        layout = figures(planned.layout, boot.available_gib * GIB, MAX_MODEL_LEN, (0, 26))
-        cold = planned.available_kv_gib / boot.available_gib - 1
-        errors.append(cold)
-        runner = "V2" if planned.reserve is not None and planned.reserve.inputs.v2_runner \
-            else "V1"
-        say(f"| {boot.name} | {runner} | {boot.tokens:,} | "
-            f"{layout.kv_cache_tokens / boot.tokens - 1:+.2%} | "
-            f"{planned.available_kv_gib:.2f} | {boot.available_gib} | {cold:+.2%} |")
-    say(f"\nworst held-out cold: ±{max(map(abs, errors), default=0.0):.2%} "
-        f"({len(errors)} boots)")
-    return errors
+    found = [score(recorded_boot(folder, log.stem), folder)
+             for log in sorted(folder.glob("*.log"))]
+    for one in found:
+        say(_row(one, one.boot.name))
+    say(f"\nworst held-out cold: {_worst(found)}")
+    return [f.cold for f in found]
 
 
 def h200_table(say: Callable[[str], None]) -> list[float]:
@@ -89,31 +113,18 @@ def h200_table(say: Callable[[str], None]) -> list[float]:
     cold budget; returns the cold errors."""
     say("\nReal vLLM 0.26.0 boots on one H200 (dummy weights, full size), by model; the "
         "datacenter reserve was fitted on the rows marked fitted:\n")
-    say("| model | boot | runner | rows | printed tokens | layout from printed GiB | "
+    say("| model | boot | rows | runner | printed tokens | layout from printed GiB | "
         "cold: predicted GiB | printed GiB | cold error |")
     say("|---|---|---|---|---|---|---|---|---|")
-    errors = []
-    for boot in sorted(BOOTS, key=lambda b: (b.model or b.name, b.name)):
-        planned = plan_boot(boot, H200_DATA)
-        layout = figures(planned.layout, boot.available_gib * GIB, MAX_MODEL_LEN, (0, 26))
-        per_token = layout.kv_cache_tokens / boot.tokens - 1
-        cold = planned.available_kv_gib / boot.available_gib - 1
-        errors.append(cold)
-        runner = "V2" if planned.reserve is not None and planned.reserve.inputs.v2_runner \
-            else "V1"
-        say(f"| {boot.model or boot.name} | {boot.name} | {runner} | "
-            f"{'fitted' if boot.fitted else 'held out'} | {boot.tokens:,} | "
-            f"{per_token:+.2%} | {planned.available_kv_gib:.2f} | {boot.available_gib} | "
-            f"{cold:+.2%} |")
-    fitted = [e for e, b in zip(errors, sorted(BOOTS, key=lambda b: (b.model or b.name,
-                                                                        b.name)), strict=True)
-              if b.fitted]
-    held = [e for e, b in zip(errors, sorted(BOOTS, key=lambda b: (b.model or b.name,
-                                                                      b.name)), strict=True)
-            if not b.fitted]
-    say(f"\nworst h200 cold: fitted ±{max(map(abs, fitted)):.2%} ({len(fitted)} boots), "
-        f"held out ±{max(map(abs, held)):.2%} ({len(held)} boots)")
-    return errors
+    found = [score(boot, H200_DATA)
+             for boot in sorted(BOOTS, key=lambda b: (b.model or b.name, b.name))]
+    for one in found:
+        say(_row(one, one.boot.model or one.boot.name, one.boot.name,
+                 "fitted" if one.boot.fitted else "held out"))
+    fitted = [f for f in found if f.boot.fitted]
+    held = [f for f in found if not f.boot.fitted]
+    say(f"\nworst h200 cold: fitted {_worst(fitted)}, held out {_worst(held)}")
+    return [f.cold for f in found]
 
 
 def main(argv: list[str] | None = None) -> int:
