@@ -30,7 +30,7 @@ from pathlib import Path
 from servefleet.core.bootlog import VllmExtra, parse_text
 from servefleet.core.kvplan import facts_from_config, load_pinned
 from servefleet.core.kvplan.accuracy import TOLERANCE, cold_table, cpu_table, mtp_delta, table
-from servefleet.core.kvplan.boots import BOOTS, MAX_MODEL_LEN, Boot, plan_boot
+from servefleet.core.kvplan.boots import BOOTS, PUBLIC_BOOTS, Boot, plan_boot
 from servefleet.core.kvplan.pool import GIB, figures
 from servefleet.sim.engines.tiny_qwen3_moe import CONFIG as TINY_CONFIG
 
@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ("models/qwen3.6-35b-a3b.config.json",
           "a24b96956f06a5055ab1e73006159adfe90cb8d6fb02f33459166f6ed8a40879")
 H200_DATA = ROOT / "tests" / "core" / "kvplan" / "data" / "real-logs" / "vllm-0.26.0-h200"
+PUBLIC_DATA = ROOT / "tests" / "core" / "kvplan" / "data" / "public-logs"
 
 
 FLAGS = {"--max-num-seqs": ("max_num_seqs", int),
@@ -77,7 +78,8 @@ class Scored:
 def score(boot: Boot, data: Path) -> Scored:
     """Plan ``boot`` from ``data``'s configs and compare it with what it printed."""
     planned = plan_boot(boot, data)
-    layout = figures(planned.layout, boot.available_gib * GIB, MAX_MODEL_LEN, (0, 26))
+    layout = figures(planned.layout, boot.available_gib * GIB, boot.max_model_len,
+                     boot.version_tuple)
     v2 = planned.reserve is not None and planned.reserve.inputs.v2_runner
     return Scored(boot, "V2" if v2 else "V1", layout.kv_cache_tokens / boot.tokens - 1,
                   planned.available_kv_gib / boot.available_gib - 1, planned.available_kv_gib)
@@ -92,6 +94,20 @@ def _row(found: Scored, *first: str) -> str:
 
 def _worst(found: list[Scored]) -> str:
     return f"±{max((abs(f.cold) for f in found), default=0.0):.2%} ({len(found)} boots)"
+
+
+def public_table(say: Callable[[str], None]) -> list[float]:
+    """Public logs of other people's boots (other GPUs and releases), scored the same way;
+    none was used to fit anything."""
+    say("\nPublic logs (other GPUs and releases; tests/core/kvplan/data/public-logs):\n")
+    say("| boot | vLLM | GPU | runner | printed tokens | layout from printed GiB | "
+        "cold: predicted GiB | printed GiB | cold error |")
+    say("|---|---|---|---|---|---|---|---|---|")
+    found = [score(boot, PUBLIC_DATA) for boot in PUBLIC_BOOTS]
+    for one in found:
+        say(_row(one, one.boot.name, one.boot.version, one.boot.node))
+    say(f"\nworst public cold: {_worst(found)}")
+    return [f.cold for f in found]
 
 
 def held_out_table(folder: Path, say: Callable[[str], None]) -> list[float]:
@@ -166,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     h200 = h200_table(say)
     compared["h200"] = len(h200)
     worst["h200"] = max(map(abs, h200), default=0.0)
+    public = public_table(say)
+    compared["public"] = len(public)
     if args.held_out is not None:
         held = held_out_table(args.held_out, say)
         compared["held_out"] = len(held)

@@ -38,6 +38,18 @@ class Boot:
     fitted: bool = False
     """Whether the datacenter reserve constants were fitted on this boot
     (:data:`servefleet.core.kvplan.reserve.DATACENTER`); the others were booted after."""
+    version: str = VERSION
+    """The vLLM release that booted it."""
+    node: str = "h200"
+    """Its GPU: a key of :data:`NODES`."""
+    max_model_len: int = MAX_MODEL_LEN
+    source: str = ""
+    """Where a public row's log was published."""
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        """:attr:`version` as the planner compares releases."""
+        return tuple(int(part) for part in self.version.split(".")[:3])
 
 
 BOOTS = (
@@ -75,16 +87,60 @@ H200 = Node.model_validate({
 """An operator's node file for the machine: the GPU by name, nothing measured."""
 
 
+def _node(name: str, gpu: str, memory: float, cc: str, **more: object) -> Node:
+    return Node.model_validate({
+        "name": name, "address": f"{name}.lan", "ssh": {"agent": True}, "arch": "x86_64",
+        "gpus": [{"name": gpu, "memory_gib": memory, "compute_capability": cc, **more}]})
+
+
+NODES = {
+    "h200": H200,
+    "gb10": _node("gb10", "NVIDIA GB10", 128, "12.1"),
+    "l40s": _node("l40s", "NVIDIA L40S", 48, "8.9", cuda_memory_gib=44.42,
+                  memory_source="vLLM's 'Free memory on device (43.93/44.42 GiB)' on an L40S"),
+}
+"""The node file of each GPU the boots ran on: the GPU by name, and for an L40S the total
+vLLM printed for one (the GB10 and H200 totals come from the known-GPU table)."""
+
+PUBLIC_BOOTS = (
+    Boot("mistral-7b-gptq-gb10", 3.8844, 102.56, 840_160, 25.64, "mistral-7b-v0.2",
+         (("gpu_memory_utilization", 0.9),), version="0.11.0", node="gb10",
+         source="github.com/ArmDeveloperEcosystem/arm-learning-paths content/learning-paths/"
+                "laptops-and-desktops/dgx_spark_voicechatbot/4_vllm.md (NGC 25.11)"),
+    Boot("qwen25-14b-fp8-gb10", 15.2227, 30.46, 332_672, 10.15, "qwen25-14b",
+         (("gpu_memory_utilization", 0.4), ("kv_cache_dtype", "fp8"),
+          ("enable_prefix_caching", True)), version="0.13.0", node="gb10",
+         source="github.com/guardkit/guardkit docs/reviews/failing-graphiti/docker-1.md "
+                "(NGC 26.01)"),
+    Boot("qwen3-30b-a3b-fp8-gb10", 29.0435, 4.04, 88_176, 2.69, "qwen3-30b-a3b",
+         (("gpu_memory_utilization", 0.3), ("kv_cache_dtype", "fp8"),
+          ("enable_prefix_caching", True)), version="0.13.0", node="gb10",
+         source="github.com/guardkit/guardkit docs/reviews/graphiti-qwen3/run-2.md "
+                "(NGC 26.01)"),
+    Boot("qwen25-72b-tp4-l40s", 33.98, 5.11, 67_024, 8.18, "qwen25-72b",
+         (("gpu_memory_utilization", 0.9), ("tensor_parallel_size", 4)), version="0.19.0",
+         node="l40s", max_model_len=8192,
+         source="github.com/gnosia93/eks-agentic-ai lesson/10-vllm-inference.md"),
+)
+"""Public logs of other people's boots (each printed its weights, KV memory, pool and
+concurrency; the settings are the log's own non-default args): other families, releases and
+GPUs than the H200 rows. None was used to fit anything."""
+
+
 def plan_boot(boot: Boot, data: Path) -> Prediction:
-    """The planner's cold prediction for the boot's model and settings on :data:`H200`;
-    ``data``: the folder of the boots' ``<model>.config.json`` files."""
+    """The planner's cold prediction for the boot's model and settings on its node
+    (:data:`NODES`); ``data``: the folder of the boots' ``<model>.config.json`` files."""
     model = boot.model or boot.name
     config = json.loads((data / f"{model}.config.json").read_text())
     facts = facts_from_config(config, f"{model}.config.json")
+    settings = dict(boot.vllm)
+    tp = settings.get("tensor_parallel_size", 1)
+    assert isinstance(tp, int)
     profile = Profile.model_validate({
-        "name": boot.name, "engine": "vllm", "engine_version": VERSION,
-        "image": {"ref": f"vllm/vllm-openai:v{VERSION}", "digest": "sha256:" + "ab" * 32},
+        "name": boot.name, "engine": "vllm", "engine_version": boot.version,
+        "image": {"ref": f"vllm/vllm-openai:v{boot.version}", "digest": "sha256:" + "ab" * 32},
+        # The printed weights are one rank's; the profile states the checkpoint's.
         "model": {"id": f"example/{boot.name}", "served_name": boot.name,
-                  "weights_gib": boot.weights_gib},
-        "vllm": {"max_model_len": MAX_MODEL_LEN, **dict(boot.vllm)}})
-    return predict(facts, profile, H200)
+                  "weights_gib": boot.weights_gib * tp},
+        "vllm": {"max_model_len": boot.max_model_len, **settings}})
+    return predict(facts, profile, NODES[boot.node])

@@ -110,6 +110,9 @@ class ModelFacts:
     separate V, shared by every head and every tensor-parallel rank (``MLAAttentionSpec``)."""
     architectures: tuple[str, ...] = ()
     """``architectures`` of the config (vLLM picks some defaults by architecture)."""
+    hidden_activation_bytes_per_token: int = 0
+    """The part of :attr:`activation_bytes_per_token` in hidden-sized buffers, which every
+    tensor-parallel rank holds whole (the MLP's part is split across the ranks)."""
     encoders: tuple[str, ...] = ()
     """Top-level encoder configs (:data:`ENCODER_KEYS`) beside the text model: vLLM profiles
     such an encoder with its largest input item before it sizes the pool and keeps an
@@ -381,6 +384,9 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
     return ModelFacts(
         kv_quant=kv_quant, has_quantization_config=has_quant,
         activation_bytes_per_token=_activation_bytes(text, DTYPE_BYTES.get(dtype, 2)),
+        hidden_activation_bytes_per_token=(
+            4 * DTYPE_BYTES.get(dtype, 2) * text["hidden_size"]
+            if isinstance(text.get("hidden_size"), int) else 0),
         source=source, full_attention_layers=full, linear_layers=linear,
         num_kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=DTYPE_BYTES.get(dtype, 2),
         gdn=gdn, mtp_layers=int(text.get("mtp_num_hidden_layers")

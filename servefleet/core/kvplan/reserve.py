@@ -60,12 +60,16 @@ class GpuFamily:
     piecewise_graph_gib: float
     """One PIECEWISE graph (it shares the activation pool; attention runs outside it)."""
     fitted_on: str
+    spread: str = ""
+    """How far real boots of the family have been from the base, where that is known."""
 
 
 UNIFIED = GpuFamily(
     "unified memory", base_gib=4.85, full_graph_gib=0.037, piecewise_graph_gib=0.002,
     fitted_on="fitted on 3 Qwen3.6-35B-A3B GB10 boots (seed 001 MTP on/off, the 0.25.1 "
-              "fixture)")
+              "fixture)",
+    spread="real GB10 boots have reserved 3.0 to 5.8 GiB in all: what the host itself holds "
+           "while vLLM profiles counts, so a small pool can be far larger than planned")
 """GB10: vLLM measures free memory from the host (``psutil``), so what the process and the
 OS take while vLLM profiles counts too: about three times a discrete card's base. The graph
 constants: 17 FULL + 33 PIECEWISE graphs were estimated at 0.74 GiB (the 0.25.1 fixture)."""
@@ -82,6 +86,12 @@ DATACENTER = GpuFamily(
 0.53–0.74 GiB of graph estimate for 51 FULL + 51 PIECEWISE graphs (0.19 for 11 + 19)."""
 DATACENTER_SM = frozenset({(8, 0), (9, 0), (10, 0), (10, 3)})
 """Compute capabilities of :data:`DATACENTER` (A100; H100/H200; B200/B300)."""
+DATACENTER_NAMES = ("L4", "A10", "A30", "A40", "RTX PRO", "RTX A6000", "RTX 6000")
+"""Datacenter and workstation cards whose compute capability they share with consumer ones
+(sm 8.6, 8.9, 12.0): :data:`DATACENTER` by name (a word of the GPU's name that starts with
+one of these: L4, L40, L40S; A10, A10G; …). A public vLLM 0.19.0 boot on four L40S
+prints a 0.89 GiB reserve per rank, where a consumer card's 1.80 GiB base alone is twice
+that."""
 SAMPLER_BYTES = 16
 """Bytes per sequence and vocabulary entry of vLLM's V1 profiling sampler run
 (``_dummy_sampler_run``: fp32 logits for ``min(max_num_seqs, max_num_batched_tokens)``
@@ -119,14 +129,15 @@ their budgets close on weights + peak activation + non-torch alone (graphs 0.98,
 1.33 GiB captured afterwards, outside it), while the MoE and hybrid boots beside them
 subtract 0.53–0.74 GiB. Releases before 0.25 are not checked: the planner gives them the V1
 runner."""
-GB10_SMALL_TIER_SINCE = (0, 13)
+GB10_SMALL_TIER_SINCE = (0, 11)
 """From here (at least; earlier releases are not checked) a GB10 gets the small batch tier
 (2048 batched tokens, 256 sequences) whatever its memory. ``get_batch_defaults`` sizes the
 tier from NVML's total memory, which a GB10 does not report (unified memory:
 ``nvmlDeviceGetMemoryInfo`` is not supported), so its ``except`` leaves 0 and the small tier
-follows: read in the 0.13.0 and 0.25.1 wheels, and seen in real GB10 boots of 0.13.0
-(gpt-oss, ``max_num_batched_tokens=2048``) and 0.25.1 (compiled for (1, 2048)); 0.33.0
-names the GB10 in ``get_batch_defaults`` outright."""
+follows: read in the 0.13.0 and 0.25.1 wheels, and seen in real GB10 boots of 0.11.0
+(Mistral 7B, NGC 25.11: "Chunked prefill is enabled with max_num_batched_tokens=2048"),
+0.13.0 (gpt-oss) and 0.25.1 (compiled for (1, 2048)); 0.33.0 names the GB10 in
+``get_batch_defaults`` outright."""
 
 
 @dataclass(frozen=True)
@@ -188,8 +199,9 @@ class Reserve:
         """``4.78 GiB base (unified memory; fitted on …, an assumption for other models) +
         0.63 GiB activations (16,384 batched tokens) + 0.12 GiB sampler (…)…``."""
         family = self.inputs.gpu_family
+        spread = f"; {family.spread}" if family.spread else ""
         parts = [f"{self.base:.2f} GiB base ({family.name}; {family.fitted_on}, an "
-                 "assumption for other models and cards)",
+                 f"assumption for other models and cards{spread})",
                  f"{self.activations:.2f} GiB activations "
                  f"({self.inputs.max_num_batched_tokens:,} batched tokens)"]
         if self.sampler:
@@ -327,9 +339,24 @@ def inputs_for(facts: ModelFacts, profile: Profile, node: Node) -> ReserveInputs
         cudagraph_mode=derive_expectations(profile, node).cudagraph_mode,
         attention_backend=backend,
         graph_profiling=not v2_runner and graph_profiling(profile), v2_runner=v2_runner,
-        activation_bytes_per_token=facts.activation_bytes_per_token,
+        activation_bytes_per_token=_per_rank(facts, profile),
         vocab_size=facts.vocab_size, family=gpu_family(node),
         native_sampler=native_profiling_sampler(profile.version, profile.env))
+
+
+def _per_rank(facts: ModelFacts, profile: Profile) -> int:
+    """Activation bytes per batched token on one tensor-parallel rank: the MLP's part is
+    column-parallel (each rank holds ``1/tp`` of the intermediate), the hidden-sized buffers
+    are whole on every rank."""
+    tp = vllm_settings(profile).tensor_parallel_size or 1
+    hidden = facts.hidden_activation_bytes_per_token
+    return (facts.activation_bytes_per_token - hidden) // tp + hidden
+
+
+def _datacenter_name(name: str) -> bool:
+    """Whether ``name`` holds one of :data:`DATACENTER_NAMES` at the start of a word."""
+    padded = " " + " ".join(name.upper().split())
+    return any(f" {known}" in padded for known in DATACENTER_NAMES)
 
 
 def gpu_family(node: Node) -> GpuFamily:
@@ -337,6 +364,7 @@ def gpu_family(node: Node) -> GpuFamily:
     then the datacenter compute capabilities, else a consumer card."""
     if node.unified_memory:
         return UNIFIED
-    if node.primary_gpu.sm in DATACENTER_SM:
+    gpu = node.primary_gpu
+    if gpu.sm in DATACENTER_SM or _datacenter_name(gpu.name):
         return DATACENTER
     return CONSUMER

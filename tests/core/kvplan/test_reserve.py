@@ -157,7 +157,9 @@ def test_each_gpu_family_has_its_own_constants():
     assert gpu_family(node("NVIDIA GeForce RTX 5090", "12.0", 32)) is CONSUMER
     assert gpu_family(node("NVIDIA H200", "9.0", 141)) is DATACENTER
     assert gpu_family(node("NVIDIA A100-SXM4-80GB", "8.0", 80)) is DATACENTER
-    assert gpu_family(node("NVIDIA L40S", "8.9", 48)) is CONSUMER
+    assert gpu_family(node("NVIDIA L40S", "8.9", 48)) is DATACENTER  # by name: sm 8.9
+    assert gpu_family(node("NVIDIA A10G", "8.6", 24)) is DATACENTER
+    assert gpu_family(node("NVIDIA GeForce RTX 4090", "8.9", 24)) is CONSUMER
     described = estimate(_inputs(family=DATACENTER)).describe()
     assert described.startswith("0.50 GiB base (datacenter card; fitted on 10 vLLM 0.26.0 "
                                 "H200 boots")
