@@ -32,6 +32,7 @@ from servefleet.core.models import Profile
 from servefleet.core.project import load_profiles
 from servefleet.core.render.engine_args import engine_command
 from servefleet.sim.standin import PLACEHOLDER_VLLM_DIR
+from tests.conftest import require_program
 from tests.reference_project import REPO_ROOT
 
 GB10 = {"STANDIN_GPU_NAME": "NVIDIA GB10", "STANDIN_GPU_MEMORY_GIB": "128",
@@ -51,9 +52,7 @@ def profiles() -> dict[str, Profile]:
 @pytest.fixture(scope="module")
 def patched_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The placeholder vllm package with the profile's PR #40798 overlay applied by git."""
-    git = shutil.which("git")
-    if git is None:
-        pytest.skip("git is not installed")
+    git = require_program("git")
     site = tmp_path_factory.mktemp("patched") / "dist-packages"
     shutil.copytree(PLACEHOLDER_VLLM_DIR / "vllm", site / "vllm")
     patch = REPO_ROOT / "profiles" / "patches" / "vllm-pr40798-turboquant-workspace.diff"

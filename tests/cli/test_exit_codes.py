@@ -12,6 +12,7 @@ import pytest
 from click.testing import Result
 
 from servefleet.cli import commands
+from tests.conftest import component_unavailable
 from tests.reference_project import REPO_ROOT
 
 DOC = REPO_ROOT / "docs/exit-codes.md"
@@ -79,7 +80,8 @@ def test_an_error_exits_with_the_documented_code(run: Callable[..., Result],
         empty.mkdir()
         monkeypatch.chdir(empty)
         if any((f / "Pulumi.yaml").exists() for f in [empty, *empty.parents]):
-            pytest.skip("a folder above the temporary folder holds a Pulumi project")
+            component_unavailable("a folder above the temporary folder holds a Pulumi "
+                                  "project: no folder here is outside every project")
         result = run_cli(*args[1:])
     else:
         result = run(*args, env={"HF_TOKEN": ""})

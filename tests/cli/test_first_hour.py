@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
+from tests.conftest import component_unavailable
+
 Run = Callable[..., Result]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHWrinkP5271G+hYsu19FVutAVLAaXGxtzVCSx8KdwfB"
 
@@ -68,7 +70,8 @@ def test_no_project_above_says_where_it_looked(run_cli: Run, tmp_path: Path,
     monkeypatch.chdir(here)
     looked = [here.resolve(), *here.resolve().parents]
     if any((f / "Pulumi.yaml").exists() or any(f.glob("Pulumi.*.yaml")) for f in looked):
-        pytest.skip("a folder above the temporary folder holds a Pulumi project")
+        component_unavailable("a folder above the temporary folder holds a Pulumi project: "
+                              "no folder here is outside every project")
     result = run_cli("validate")
     assert result.exit_code == 1
     assert result.output == (

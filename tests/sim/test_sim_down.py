@@ -14,6 +14,7 @@ from servefleet.sim import fleet, netns, procs, state
 from servefleet.sim.fleet import FleetConfig
 from servefleet.sim.spec import RTX_5090, NodeSpec
 from servefleet.sim.testbed import FleetHandle
+from tests.conftest import component_unavailable
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -30,7 +31,7 @@ def free_indexes(count: int) -> list[int]:
             free.append(index)
         if len(free) == count:
             return free
-    pytest.skip("no free address slot for a second fleet")
+    component_unavailable("no free address slot for a second fleet")
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from servefleet.cli.logs import logs_group
 from servefleet.core.bootlog import CONTRACT_KEYS
 from servefleet.core.bootlog.parser import ENGINES
 from servefleet.core.errors import BootLogError
+from tests.conftest import require_program
 
 LLAMA_LOG = """\
 build: 8179 (ecbcb7ea9) with Clang 19.1.5 for Windows x86_64
@@ -93,9 +93,7 @@ def test_rule_patterns_are_plain_ere(pattern: str) -> None:
 
 
 def test_grep_accepts_every_pattern(tmp_path: Path) -> None:
-    grep = shutil.which("grep")
-    if grep is None:
-        pytest.skip("grep not installed")
+    grep = require_program("grep")
     patterns = sorted({p for _n, (_s, rules) in ENGINES.items() for r in rules
                        for p in r.patterns})
     pattern_file = tmp_path / "patterns"

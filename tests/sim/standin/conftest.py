@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from standin_helpers import StandIn
 
 from servefleet.sim.standin import PLACEHOLDER_VLLM_DIR
+from tests.conftest import require_program
 
 
 @pytest.fixture
@@ -45,9 +46,7 @@ def control_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def patched_vllm_site(tmp_path: Path) -> Path:
     """A copy of the placeholder vllm package with the PR #40798 overlay applied by git."""
-    git = shutil.which("git")
-    if git is None:
-        pytest.skip("git is not installed")
+    git = require_program("git")
     site = tmp_path / "dist-packages"
     shutil.copytree(PLACEHOLDER_VLLM_DIR / "vllm", site / "vllm")
     patch = Path(__file__).resolve().parents[3] / "profiles" / "patches" / \

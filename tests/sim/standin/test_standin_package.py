@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from servefleet.sim.standin import CONTEXT_DIR, DOCKERFILES, ENGINE_DIR, PLACEHOLDER_VLLM_DIR
+from tests.conftest import require_program
 
 REPO = Path(__file__).resolve().parents[3]
 PATCH = REPO / "profiles" / "patches" / "vllm-pr40798-turboquant-workspace.diff"
@@ -19,10 +20,7 @@ TQ_FILE = Path("vllm/v1/attention/backends/turboquant_attn.py")
 
 @pytest.fixture
 def git() -> str:
-    found = shutil.which("git")
-    if found is None:
-        pytest.skip("git is not installed")
-    return found
+    return require_program("git")
 
 
 def _site_copy(tmp_path: Path) -> Path:
