@@ -112,7 +112,8 @@ def node_override(sim_fleet: FleetHandle, name: str) -> str:
     template = inventory.override_file(sim_fleet.project_dir, name)
     return render_override(template, {
         "engine": "vllm", "engine_version": "0.21.0", "builds_image": False,
-        "deployment": "simtest", "port": PORT, "node_name": name}, "test").decode()
+        "deployment": "simtest", "port": PORT, "node_name": name,
+        "sim_real_engine": False}, "test").decode()
 
 
 def test_stand_in_serves_on_two_nodes_at_the_same_port(sim_fleet: FleetHandle) -> None:
