@@ -160,6 +160,20 @@ class FleetHandle:
         return result
 
 
+    def remove_engines(self, nodes: Iterable[str] | None = None) -> None:
+        """Remove every engine container from ``nodes`` (default: every node): every
+        servefleet deployment's (compose project ``servefleet-*``, or a container named
+        ``servefleet-*``: an adopted one) and every one started by hand (``handmade*``). For
+        tests whose claim needs a node that runs no other engine, whatever an earlier test
+        left there."""
+        script = ("for id in $(docker ps -aq); do "
+                  "seen=$(docker inspect --format '{{index .Config.Labels "
+                  "\"com.docker.compose.project\"}} {{.Name}}' \"$id\"); "
+                  "case \"$seen\" in servefleet-*|*' /handmade'*|*' /servefleet-'*) "
+                  "docker rm -f \"$id\" >/dev/null;; esac; done")
+        for name in nodes if nodes is not None else self.nodes:
+            self.ssh(name, script)
+
     def remove_deployment(self, project: Project, deployment: str,
                           nodes: Iterable[str] | None = None, *, check: bool = True) -> None:
         """Remove ``deployment`` from ``nodes`` (default: every node of the fleet): its

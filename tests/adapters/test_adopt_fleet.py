@@ -45,15 +45,12 @@ def fleet(sim_fleet: FleetHandle) -> FleetHandle:
 
 @pytest.fixture
 def project(fleet: FleetHandle) -> Iterator[Project]:
-    """The sim project; the test deployment and the hand-started containers are removed
-    before and after."""
-    def clean() -> None:
-        for name in fleet.nodes:
-            fleet.ssh(name, "ids=$(docker ps -aq --filter name=^handmade); "
-                            '[ -z "$ids" ] || docker rm -f $ids >/dev/null')
-    clean()
+    """The sim project on nodes that run no engine: the test deployment, the hand-started
+    containers and any deployment an earlier test left (an import refuses to guess between
+    two engines) are removed before, and the test's own after."""
+    fleet.remove_engines()
     yield from wiped_project(fleet, DEP)
-    clean()
+    fleet.remove_engines()
 
 
 def placed(project: Project, node: str, profile: str, adopt: str | None) -> Project:

@@ -126,9 +126,10 @@ def fleet(real_engines: FleetHandle) -> FleetHandle:
 
 @pytest.fixture
 def project(fleet: FleetHandle) -> Iterator[Project]:
-    _remove_handmade(fleet)
+    """The sim project on nodes that run no engine (see test_adopt_fleet's)."""
+    fleet.remove_engines()
     yield from wiped_project(fleet, DEP)
-    _remove_handmade(fleet)
+    fleet.remove_engines()
 
 
 def wait_serving(project: Project, node: str) -> None:

@@ -81,7 +81,7 @@ def test_llamacpp_model_becomes_the_twin() -> None:
 
 
 def run_twin(tmp_path: Path, engine: str, args: list[str],
-             fault: str | None) -> subprocess.CompletedProcess[str]:
+             fault: str | None, **env_added: str) -> subprocess.CompletedProcess[str]:
     """Run cpu_twin.py as the container does, with ``echo`` standing for both engines."""
     control = tmp_path / "control"
     control.mkdir()
@@ -96,7 +96,7 @@ def run_twin(tmp_path: Path, engine: str, args: list[str],
     env = {**os.environ, "STANDIN_CONTROL_DIR": str(control),
            "PATH": f"{bin_dir}:{os.environ['PATH']}",
            "SIM_ENGINE_ENTRYPOINT": json.dumps([str(bin_dir / "real-engine")]),
-           "SIM_ENGINE_MODEL": TWIN, "SIM_ENGINE_VERSION": "0.32.0"}
+           "SIM_ENGINE_MODEL": TWIN, "SIM_ENGINE_VERSION": "0.32.0", **env_added}
     return subprocess.run([sys.executable, cpu_twin.__file__, engine, *args], env=env,
                           capture_output=True, text=True, check=True)
 
@@ -113,6 +113,16 @@ def test_a_fault_marker_runs_the_stand_in(tmp_path: Path) -> None:
     out = run_twin(tmp_path, "vllm", ["Qwen/X", "--port", "8000"], "kv_oom")
     lines = out.stdout.splitlines()
     assert "fault marker(s) kv_oom set" in lines[0]
+    assert lines[-1] == "vllm serve Qwen/X --port 8000"
+
+
+def test_the_node_files_stand_in_runs_the_stand_in(tmp_path: Path) -> None:
+    """``SIM_STANDIN=1`` (the override, where the node file lists no real engine): the
+    stand-in answers although the real engine is mounted."""
+    out = run_twin(tmp_path, "vllm", ["Qwen/X", "--port", "8000"], None,
+                   **{cpu_twin.STANDIN_ENV: "1"})
+    lines = out.stdout.splitlines()
+    assert "the node file lists no real vllm (sim.engines)" in lines[0]
     assert lines[-1] == "vllm serve Qwen/X --port 8000"
 
 

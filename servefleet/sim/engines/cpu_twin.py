@@ -6,7 +6,8 @@ Runs inside the node's container as its entrypoint (stdlib only: it runs on the 
 node's engine gets (the rendered compose ``command``), then:
 
 - when the node's control folder holds a fault marker (``fault``, see the stand-in's README),
-  it runs the stand-in engine, which can show that fault on this machine;
+  it runs the stand-in engine, which can show that fault on this machine; so it does when
+  the node file lists the engine as a stand-in (``SIM_STANDIN=1``, set by the override);
 - otherwise it runs the real engine mounted at ``/opt/servefleet-engine`` on the tiny model
   mounted under ``/opt/servefleet-models``, after the rewrites below: each one is a flag the
   CPU build cannot take as a GPU node takes it, and each is printed at the top of the boot
@@ -265,6 +266,11 @@ def _words(control_dir: str, name: str) -> list[str]:
         return []
 
 
+STANDIN_ENV = "SIM_STANDIN"
+"""Set to ``1`` by the node's compose override where the node file does not list the engine
+as running for real (``sim.engines``): the stand-in runs though the real build is mounted."""
+
+
 def fault_words(control_dir: str) -> list[str]:
     """The fault markers set for this node (one word per line of ``fault``)."""
     return _words(control_dir, "fault")
@@ -281,6 +287,11 @@ def main(argv: list[str]) -> int:
     if faults:
         print(f"{MARK} fault marker(s) {', '.join(faults)} set: the stand-in engine runs, "
               "as only it can show them here", flush=True)
+        command = [*STANDIN[engine], *args]
+        without_real_engine()
+    elif os.environ.get(STANDIN_ENV) == "1":
+        print(f"{MARK} the node file lists no real {engine} (sim.engines): the stand-in "
+              "engine runs", flush=True)
         command = [*STANDIN[engine], *args]
         without_real_engine()
     else:
