@@ -3,7 +3,7 @@
 killed through servefleet's own rollout, health checks and drift check.
 
 Every figure asserted here is one the real engine printed or served; nothing in this file
-talks to a stand-in (the control folder's ``standin`` marker is lifted by ``real_engines``).
+talks to a stand-in (``real_engines`` lists every real engine in the node files again).
 The tests share one deployment (``re`` on port 8001) and run in file order.
 """
 
