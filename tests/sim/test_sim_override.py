@@ -193,9 +193,11 @@ def test_engine_without_a_real_install_runs_the_stand_in(compose: str, tmp_path:
     assert service.get("entrypoint") is None
 
 
-def test_inventory_lists_what_the_real_engine_cannot_show() -> None:
+def test_inventory_lists_what_the_real_engine_cannot_show(tmp_path: Path) -> None:
     spec = reference_fleet()[0]
-    node = SimLayout(Path("/var/lib/servefleet-sim")).node(spec.name)
+    # A folder of its own: the running fleet's control folder may hold the test bed's
+    # stand-in marker, which keeps the engine out of the document.
+    node = SimLayout(tmp_path).node(spec.name)
     document = inventory.node_document(spec, node, client_key=Path("/k"), host_key="ssh-ed25519 A",
                                        override=Path("/o.j2"), installs={"vllm": VLLM_CPU})
     engine = document["sim"]["engines"]["vllm"]
