@@ -81,16 +81,16 @@ BOOTS = (
     Boot("mistral-nemo-12b", 23.06, 103.93, 681_104, 20.79),
 )
 
-H200 = Node.model_validate({
-    "name": "h200", "address": "h200.lan", "ssh": {"agent": True}, "arch": "x86_64",
-    "gpus": [{"name": "NVIDIA H200", "memory_gib": 141, "compute_capability": "9.0"}]})
-"""An operator's node file for the machine: the GPU by name, nothing measured."""
-
-
 def _node(name: str, gpu: str, memory: float, cc: str, **more: object) -> Node:
+    """An operator's node file for a machine: the GPU by name, nothing measured unless
+    ``more`` says so."""
     return Node.model_validate({
         "name": name, "address": f"{name}.lan", "ssh": {"agent": True}, "arch": "x86_64",
         "gpus": [{"name": gpu, "memory_gib": memory, "compute_capability": cc, **more}]})
+
+
+H200 = _node("h200", "NVIDIA H200", 141, "9.0")
+"""The H200 the boots ran on, as an operator's node file names it."""
 
 
 NODES = {

@@ -384,9 +384,8 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
     return ModelFacts(
         kv_quant=kv_quant, has_quantization_config=has_quant,
         activation_bytes_per_token=_activation_bytes(text, DTYPE_BYTES.get(dtype, 2)),
-        hidden_activation_bytes_per_token=(
-            4 * DTYPE_BYTES.get(dtype, 2) * text["hidden_size"]
-            if isinstance(text.get("hidden_size"), int) else 0),
+        hidden_activation_bytes_per_token=_hidden_activation_bytes(
+            text, DTYPE_BYTES.get(dtype, 2)),
         source=source, full_attention_layers=full, linear_layers=linear,
         num_kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=DTYPE_BYTES.get(dtype, 2),
         gdn=gdn, mtp_layers=int(text.get("mtp_num_hidden_layers")
@@ -452,10 +451,15 @@ def _shared_expert_width(text: dict[str, Any], moe: int) -> int:
     return count * moe if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
+def _hidden_activation_bytes(text: dict[str, Any], dtype_bytes: int) -> int:
+    """See :attr:`ModelFacts.hidden_activation_bytes_per_token`: four hidden-sized buffers."""
+    hidden = text.get("hidden_size")
+    return 4 * dtype_bytes * hidden if isinstance(hidden, int) else 0
+
+
 def _activation_bytes(text: dict[str, Any], dtype_bytes: int) -> int:
     """See :attr:`ModelFacts.activation_bytes_per_token`."""
-    hidden = text.get("hidden_size")
-    if not isinstance(hidden, int):
+    if not isinstance(text.get("hidden_size"), int):
         return 0
     top_k = next((text[key] for key in EXPERTS_PER_TOKEN_KEYS
                   if isinstance(text.get(key), int) and not isinstance(text[key], bool)), None)
@@ -468,7 +472,7 @@ def _activation_bytes(text: dict[str, Any], dtype_bytes: int) -> int:
     else:
         dense = text.get("intermediate_size")
         mlp = 3 * dense if isinstance(dense, int) else 0
-    return dtype_bytes * (mlp + 4 * hidden)
+    return dtype_bytes * mlp + _hidden_activation_bytes(text, dtype_bytes)
 
 
 def read_pinned(profiles_dir: Path, file: str) -> tuple[bytes, str]:
