@@ -96,7 +96,7 @@ if TYPE_CHECKING:
     from servefleet.core.observed import ObservedDeployment
     from servefleet.core.render.ranks import MultiNodeRelease
 
-MULTINODE_PROVIDER_VERSION = "1"
+MULTINODE_PROVIDER_VERSION = "2"
 """Bump on every change of what this provider does: Pulumi compares this input, not code."""
 MULTINODE_RESOURCE_NAME = "MultiNodeDeployment"
 MULTINODE_RESOURCE_TYPE = f"pulumi-python:dynamic/{RESOURCE_MODULE}:{MULTINODE_RESOURCE_NAME}"
@@ -225,17 +225,11 @@ def deployment_of(props: Mapping[str, Any]) -> MultiNodeDeployment:
 # -- observing the ranks ------------------------------------------------------------------------
 def _rank_health(seen: ObservedDeployment | None) -> str:
     """``healthy`` (its engine runs the current release and passed its gate) or what is
-    wrong with the rank."""
-    if seen is None or (seen.current_release is None and not seen.containers):
-        return "absent: nothing deployed"
-    if not seen.running:
-        return f"down: {seen.engine_state()}"
-    if seen.running_release != seen.current_release:
-        return (f"unhealthy: runs release {seen.running_release or '?'}, current is "
-                f"{seen.current_release or 'none'}")
-    if seen.ungated:
-        return "ungated: the running engine has not passed its gate"
-    return HEALTHY
+    wrong with the rank: the shared serving verdict over the rollout's read (links,
+    containers, gate mark)."""
+    from servefleet.core.observed.serving import serving
+
+    return serving(seen).words()
 
 
 def _head_gate(transport: Transport, name: str, release: str | None) -> dict[str, Any]:

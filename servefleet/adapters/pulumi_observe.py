@@ -32,26 +32,12 @@ def _load_node(project_dir: str, name: str) -> Node:
 
 
 def _health(state: ObservedDeployment) -> str:
-    """One verdict per deployment: ``healthy`` or what is wrong."""
-    from servefleet.core.drift import ungated_why
+    """One verdict per deployment: ``healthy`` or what is wrong (the shared serving verdict
+    over the full read, boot log and API included). An ungated engine is not healthy:
+    ``pulumi up`` after a refresh puts it through the gate again."""
+    from servefleet.core.observed.serving import FULL, serving
 
-    container = state.engine_container
-    if not state.present or container is None:
-        return "absent: no engine container"
-    if not container.running:
-        detail = "OOM-killed, " if container.oom_killed else ""
-        return f"down: {container.status} ({detail}exit {container.exit_code})"
-    if state.boot is not None and state.boot.outcome not in (None, "ready"):
-        return f"unhealthy: boot {state.boot.outcome}"
-    if state.boot is None:
-        return "unhealthy: no boot log"
-    if state.engine_version is None:
-        return f"unhealthy: HTTP API not answering ({state.engine_version_error or '?'})"
-    ungated = ungated_why(state, container)
-    if ungated is not None:
-        # Not healthy: `pulumi up` after a refresh puts it through the gate again.
-        return f"ungated: {ungated}"
-    return HEALTHY
+    return serving(state, FULL).words()
 
 
 def _observed_deployment(node: Node, port: int, state: ObservedDeployment | None,

@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 # used: a no-op `pulumi up` only diffs, and both the program and the provider host start
 # faster without them.
 
-PROVIDER_VERSION = "2"
+PROVIDER_VERSION = "3"
 """Bump on every change of what the provider does: Pulumi compares this input, not code."""
 RESOURCE_MODULE = "servefleet"
 RESOURCE_NAME = "NodeDeployment"

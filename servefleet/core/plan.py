@@ -37,6 +37,7 @@ from typing import Any, Literal
 from servefleet.core.envdigest import keyed_value_digests
 from servefleet.core.lockinfo import LockInfo
 from servefleet.core.observed import ObservedContainer, ObservedDeployment
+from servefleet.core.observed.serving import serving, ungated_phrase
 from servefleet.core.release_diff import (
     CurrentDiff,
     Difference,
@@ -211,16 +212,10 @@ def _manifest_hashes(manifest: dict[str, Any]) -> dict[str, str]:
 
 def _serving_problem(observed: ObservedDeployment) -> str | None:
     """Why the deployment's engine does not serve, or None when it does (which release it
-    runs is the comparer's :class:`RunningDiff`)."""
-    if observed.docker_error:
-        return f"engine state unknown (docker: {observed.docker_error})"
-    if not observed.running:
-        return f"engine not running ({observed.engine_state()})"
-    if any(c.running and c.health == "unhealthy" for c in observed.containers):
-        return "engine is unhealthy (Docker healthcheck)"
-    if observed.ungated:
-        return ungated_reason(observed)
-    return None
+    runs is the comparer's :class:`RunningDiff`): the shared verdict
+    (:func:`~servefleet.core.observed.serving.serving`) in the plan's words."""
+    verdict = serving(observed)
+    return None if verdict.state in ("healthy", "other-release") else verdict.reason
 
 
 def _seen(observed: ObservedDeployment | None, serving_problem: str | None) -> Seen:
@@ -243,15 +238,8 @@ def _engine_problem(diffs: tuple[Difference, ...], serving_problem: str | None) 
 
 def ungated_reason(observed: ObservedDeployment) -> str:
     """Why the running engine counts as ungated, in one phrase."""
-    release = observed.running_release or "?"
-    miss = observed.gate_miss
-    if miss == "no-gate":
-        return f"engine {release} ungated (no passed health gate recorded)"
-    if miss == "other-release":
-        return (f"engine {release} ungated (the last gate passed for "
-                f"{observed.gated_release})")
-    return (f"engine {release} ungated (started again since its gate passed, "
-            f"{observed.restart_count} Docker restarts)")
+    return ungated_phrase(observed.gate_miss or "no-gate", observed.running_release,
+                          observed.gated_release, observed.restart_count)
 
 
 def recovery_notes(lock: LockInfo | None, observed: ObservedDeployment | None,

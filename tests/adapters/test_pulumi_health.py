@@ -27,8 +27,10 @@ def test_an_engine_that_passed_its_gate_is_healthy() -> None:
 
 def test_an_engine_started_again_since_its_gate_is_ungated() -> None:
     verdict = _health(state(RELEASE, "2026-11-24T09:00:00Z"))
-    assert verdict.startswith("ungated: its container started again since its gate passed")
+    assert verdict == ("ungated: engine 0123456789ab ungated (started again since its gate "
+                       "passed, 0 Docker restarts)")
 
 
 def test_an_engine_without_a_passed_gate_is_ungated() -> None:
-    assert _health(state(None, None)) == "ungated: no passed health gate is recorded for it"
+    assert _health(state(None, None)) == ("ungated: engine 0123456789ab ungated (no passed "
+                                          "health gate recorded)")

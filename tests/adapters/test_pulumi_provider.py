@@ -3,8 +3,10 @@ dockerd, the real stand-in engine), with properties shaped exactly as Pulumi han
 (serialised and deserialised through Pulumi's own RPC encoding: numbers arrive as floats).
 
 The tests use a deployment of their own (``pulumi-provider-test`` on sim-spark-1, on a port
-outside the inventory's 8000/8001), so they leave the deployments of other tests alone. They
-run in file order and each builds on the node state the previous one left.
+outside the inventory's 8000/8001), so they leave the deployments of other tests alone. Each
+test starts from the state it names (:func:`created`: the plain profile, :func:`on_mtp`: the
+MTP profile), reached through the provider itself and a no-op when the node is there
+already (as it is in file order), so each passes alone and in any order.
 """
 
 from __future__ import annotations
@@ -94,14 +96,25 @@ def compose_file(project: Project, release_id: str) -> Path:
     return base / DEPLOYMENT / "releases" / release_id / "compose.yaml"
 
 
-@pytest.fixture(scope="module")
-def created(project: Project) -> dict[str, Any]:
-    """``create`` of the test deployment with the plain FP8 profile: its outputs."""
-    props = props_for(project, "qwen36-fp8")
-    result = NodeDeploymentProvider().create(props)
+def create(project: Project, profile: str) -> dict[str, Any]:
+    """``create`` of the test deployment with ``profile``: its outputs (the rollout does
+    nothing on a node that runs that release already)."""
+    result = NodeDeploymentProvider().create(props_for(project, profile))
     assert result.id == NODE
     assert result.outs is not None
     return as_pulumi_sends(result.outs)
+
+
+@pytest.fixture
+def created(project: Project) -> dict[str, Any]:
+    """The test deployment on the plain FP8 profile: ``create``'s outputs."""
+    return create(project, "qwen36-fp8")
+
+
+@pytest.fixture
+def on_mtp(project: Project) -> dict[str, Any]:
+    """The test deployment on the MTP profile: ``create``'s outputs."""
+    return create(project, "qwen36-fp8-mtp")
 
 
 def test_create_deploys_a_healthy_engine_and_reports_its_boot(created: dict[str, Any],
@@ -152,18 +165,11 @@ def test_diff_after_a_profile_switch_names_the_flags_and_the_restart(
     assert NodeDeploymentProvider().diff(NODE, created, bumped).changes is True
 
 
-@pytest.fixture(scope="module")
-def updated(created: dict[str, Any], project: Project) -> dict[str, Any]:
-    """``update`` to the MTP profile: its outputs."""
-    news = props_for(project, "qwen36-fp8-mtp")
-    result = NodeDeploymentProvider().update(NODE, created, news)
-    assert result.outs is not None
-    return as_pulumi_sends(result.outs)
-
-
 def test_update_to_mtp_shows_piecewise_graphs_and_a_smaller_kv_pool(
-        created: dict[str, Any], updated: dict[str, Any], fleet: FleetHandle,
-        project: Project) -> None:
+        created: dict[str, Any], fleet: FleetHandle, project: Project) -> None:
+    result = NodeDeploymentProvider().update(NODE, created, props_for(project, "qwen36-fp8-mtp"))
+    assert result.outs is not None
+    updated = as_pulumi_sends(result.outs)
     want = props_for(project, "qwen36-fp8-mtp")["deployments"][DEPLOYMENT]["releaseId"]
     assert updated["releaseIds"] == {DEPLOYMENT: want}
     assert updated["health"] == {DEPLOYMENT: HEALTHY}
@@ -176,7 +182,8 @@ def test_update_to_mtp_shows_piecewise_graphs_and_a_smaller_kv_pool(
 
 
 def test_hand_edit_shows_in_read_and_the_update_puts_the_file_back(
-        updated: dict[str, Any], project: Project) -> None:
+        on_mtp: dict[str, Any], project: Project) -> None:
+    updated = on_mtp
     release = updated["releaseIds"][DEPLOYMENT]
     path = compose_file(project, release)
     original = path.read_bytes()
@@ -210,8 +217,9 @@ def test_hand_edit_shows_in_read_and_the_update_puts_the_file_back(
 
 
 def test_failed_gate_fails_the_update_after_restoring_the_old_release(
-        updated: dict[str, Any], project: Project, fleet: FleetHandle,
+        on_mtp: dict[str, Any], project: Project, fleet: FleetHandle,
         monkeypatch: pytest.MonkeyPatch) -> None:
+    updated = on_mtp
     node = project.nodes[NODE]
     fault = Path(node.sim.control_dir) / "fault"  # type: ignore[union-attr]
 
@@ -249,8 +257,9 @@ def test_failed_gate_fails_the_update_after_restoring_the_old_release(
     assert outs["health"] == {DEPLOYMENT: HEALTHY}
 
 
-def test_delete_stops_the_engine(updated: dict[str, Any], fleet: FleetHandle,
+def test_delete_stops_the_engine(on_mtp: dict[str, Any], fleet: FleetHandle,
                                  project: Project) -> None:
+    updated = on_mtp
     assert running_containers(fleet)
     NodeDeploymentProvider().delete(NODE, updated)
     assert running_containers(fleet) == []

@@ -4,7 +4,9 @@ local hub on the test host (each node reaches it at its host address).
 The hub serves the tiny twins under the shipped profiles' names: llama.cpp's tiny GGUF as
 ``unsloth/Qwen3.6-35B-A3B-GGUF/Qwen3.6-35B-A3B-Q4_K_M.gguf`` and vLLM's tiny Qwen3-MoE as
 ``Qwen/Qwen3.6-35B-A3B-FP8``, so the engines load exactly what was staged, with the hub
-offline. The tests share one deployment (``wt`` on port 8003) and run in file order.
+offline. The tests share one deployment (``wt`` on port 8003); each first brings the nodes
+to the releases and staged files it starts from (:func:`rtx_history`, :func:`forget_staged`),
+which is a no-op in file order, so each passes alone and in any order.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ SPARK = "sim-spark-1"
 SPARK2 = "sim-spark-2"
 GGUF_REPO = "unsloth/Qwen3.6-35B-A3B-GGUF"
 GGUF_FILE = "Qwen3.6-35B-A3B-Q4_K_M.gguf"
+V2 = "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"
+V3 = "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf"
+GGUF_PROFILES = {GGUF_FILE: "q4-staged", V2: "q4-v2", V3: "q4-v3"}
+"""The GGUF files the llama.cpp tests stage, and the profile that pins each."""
 VLLM_REPO = "Qwen/Qwen3.6-35B-A3B-FP8"
 NONCE_PREFIX = "servefleet-weights-"
 """The comment of a one-copy key (servefleet.adapters.weights.peers)."""
@@ -64,17 +70,21 @@ class Bed:
     scratch: Path
 
 
-def forget_staged(project: Project, names: tuple[str, ...] = (RTX, SPARK, SPARK2)) -> None:
-    """Remove what these tests stage from the nodes' folders, so every run fetches."""
+def forget_staged(project: Project, names: tuple[str, ...] = (RTX, SPARK, SPARK2),
+                  files: str = "Qwen3.6-35B-A3B-Q4_K_M*", *, snapshot: bool = True) -> None:
+    """Remove what these tests stage from the nodes' folders (the GGUF files matching
+    ``files``, and the vLLM snapshot unless ``snapshot`` is false), so the next deploy
+    fetches."""
     for name in names:
         node = project.nodes[name]
         if node.models_dir is not None:
             models = Path(node.models_dir)
-            for path in [*models.glob("Qwen3.6-35B-A3B-Q4_K_M*"),
-                         *models.glob(".servefleet/Qwen3.6-35B-A3B-Q4_K_M*")]:
+            for path in [*models.glob(files), *models.glob(f".servefleet/{files}")]:
                 path.unlink()
             shutil.rmtree(models / ".rsync-partial", ignore_errors=True)
             _remove_if_empty(models / ".servefleet")
+        if not snapshot:
+            continue
         hf = Path(node.hf_cache)
         shutil.rmtree(hf / "hub" / "models--Qwen--Qwen3.6-35B-A3B-FP8", ignore_errors=True)
         for record in hf.glob("servefleet/verified/models--Qwen--Qwen3.6-35B-A3B-FP8@*"):
@@ -95,8 +105,7 @@ def bed(real_engines: FleetHandle, tmp_path_factory: pytest.TempPathFactory) -> 
     [gguf] = installs["llama.cpp"].models.values()
     [tiny_vllm] = installs["vllm"].models.values()
     repo = tmp_path_factory.mktemp("gguf-repo")
-    for name in (GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf",
-                 "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf"):
+    for name in GGUF_PROFILES:
         (repo / name).symlink_to(gguf)
     with LocalHub(host="0.0.0.0", token=SECRETS["HF_TOKEN"]) as hub:
         hub.add_repo(GGUF_REPO, repo)
@@ -205,6 +214,25 @@ class HubDown:
         return [f"{r.method} {r.path} -> {r.status}" for r in self.hub.requests_since(self.since)]
 
 
+def rtx_history(bed: Bed, *files: str) -> None:
+    """sim-5090 serving the release that stages the last of ``files``, the others staged
+    beside it: what the tests before leave there in file order (then nothing is deployed).
+    Run alone or in another order, the releases are deployed one after the other."""
+    node = bed.project.nodes[RTX]
+    with SshTransport(node) as transport:
+        report = staged_models(transport)
+    by_file = {item.pin.split()[0]: item for item in report.items}
+    last = by_file.get(files[-1])
+    if (last is not None and any(u.endswith("*") for u in last.used_by)
+            and all(f in by_file for f in files[:-1])
+            and http_get(node, PORT, "/health", timeout=5)[0] == 200):
+        return
+    for file in files:
+        result = one(deploy(placed(bed, RTX, gguf_profile(bed, GGUF_PROFILES[file], file)),
+                            secrets=SECRETS))
+        assert result.status == "deployed", result.failure and result.failure.message
+
+
 def one(results: list[NodeResult]) -> Any:
     [result] = results
     [deployed] = result.deployments
@@ -230,7 +258,8 @@ def boot_log(bed: Bed, node: str) -> str:
 def test_a_gguf_is_staged_while_the_old_engine_serves_then_loaded_offline(bed: Bed) -> None:
     plain = bed.project.profiles["qwen36-q4-llamacpp"]
     assert one(deploy(placed(bed, RTX, plain), secrets=SECRETS)).status == "deployed"
-    staged = gguf_profile(bed, "q4-staged")
+    forget_staged(bed.project, (RTX,), GGUF_FILE, snapshot=False)
+    staged = gguf_profile(bed, GGUF_PROFILES[GGUF_FILE])
     # Slow enough that the staging takes seconds: the old engine must answer throughout.
     with bed.hub.faulted(bytes_per_second=max(bed.gguf.stat().st_size // 3, 1)), \
             Watcher(bed, RTX) as watch, HubDown(bed.hub, watch.progress) as down:
@@ -258,7 +287,9 @@ def test_a_gguf_is_staged_while_the_old_engine_serves_then_loaded_offline(bed: B
 
 
 def test_a_corrupt_download_is_refused_and_the_old_engine_keeps_serving(bed: Bed) -> None:
-    other = gguf_profile(bed, "q4-v2", "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf")
+    rtx_history(bed, GGUF_FILE)
+    forget_staged(bed.project, (RTX,), f"{V2}*", snapshot=False)
+    other = gguf_profile(bed, GGUF_PROFILES[V2], V2)
     with bed.hub.faulted(corrupt_at=4096), Watcher(bed, RTX) as watch:
         result = one(deploy(placed(bed, RTX, other), secrets=SECRETS, progress=watch.progress))
     assert result.status == "failed"
@@ -268,12 +299,14 @@ def test_a_corrupt_download_is_refused_and_the_old_engine_keeps_serving(bed: Bed
     assert watch.failed_between(0, time.monotonic()) == []
     node = bed.project.nodes[RTX]
     assert node.models_dir is not None
-    assert not (Path(node.models_dir) / "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf").exists()
+    assert not (Path(node.models_dir) / V2).exists()
 
 
 def test_an_interrupted_download_leaves_the_old_engine_and_the_next_deploy_resumes(
         bed: Bed) -> None:
-    other = gguf_profile(bed, "q4-v2", "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf")
+    rtx_history(bed, GGUF_FILE)
+    forget_staged(bed.project, (RTX,), f"{V2}*", snapshot=False)
+    other = gguf_profile(bed, GGUF_PROFILES[V2], V2)
     cut = bed.gguf.stat().st_size // 2
     with bed.hub.faulted(cut_after=cut):
         result = one(deploy(placed(bed, RTX, other), secrets=SECRETS))
@@ -297,7 +330,9 @@ def test_an_interrupted_download_leaves_the_old_engine_and_the_next_deploy_resum
 
 def test_a_signal_during_staging_stops_the_fetch_and_leaves_the_old_engine_serving(
         bed: Bed) -> None:
-    v3 = gguf_profile(bed, "q4-v3", "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf")
+    rtx_history(bed, V2)
+    forget_staged(bed.project, (RTX,), f"{V3}*", snapshot=False)
+    v3 = gguf_profile(bed, GGUF_PROFILES[V3], V3)
     abort = Abort()
 
     def progress(event: ProgressEvent) -> None:
@@ -323,7 +358,8 @@ def test_a_signal_during_staging_stops_the_fetch_and_leaves_the_old_engine_servi
 
 
 def test_plan_says_where_the_weights_come_from(bed: Bed) -> None:
-    first = gguf_profile(bed, "q4-staged")  # staged on this node two releases ago
+    rtx_history(bed, GGUF_FILE, V3)
+    first = gguf_profile(bed, GGUF_PROFILES[GGUF_FILE])  # staged on this node before
     [item], _ = plan_fleet(placed(bed, RTX, first), [RTX], secrets=SECRETS)
     assert item.action == "update"
     assert f"  weights: stage {GGUF_REPO}/{GGUF_FILE}@main sha256:{bed.gguf_sha} (was " \
@@ -332,24 +368,25 @@ def test_plan_says_where_the_weights_come_from(bed: Bed) -> None:
 
 
 def test_models_lists_what_is_staged_and_who_uses_it(bed: Bed) -> None:
+    rtx_history(bed, GGUF_FILE, V2, V3)
     shown = CliRunner(env={"COLUMNS": "120"}).invoke(
         build_cli(), ["--project", str(bed.project.root), "--stack", "sim", "models", RTX])
     assert shown.exit_code == 0, shown.output
-    for name in (GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf"):
+    for name in (GGUF_FILE, V3):
         assert f"file  {name} sha256:{bed.gguf_sha[:12]}…" in shown.output
     with SshTransport(bed.project.nodes[RTX]) as transport:
         report = staged_models(transport)
     by_pin = {item.pin.split()[0]: item for item in report.items}
-    v2, v3 = "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf", "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf"
-    assert set(by_pin) >= {GGUF_FILE, v2, v3}
-    assert any(u.endswith("*") for u in by_pin[v3].used_by)
-    for earlier in (GGUF_FILE, v2):  # releases still on the node: a rollback needs them
+    assert set(by_pin) >= {GGUF_FILE, V2, V3}
+    assert any(u.endswith("*") for u in by_pin[V3].used_by)
+    for earlier in (GGUF_FILE, V2):  # releases still on the node: a rollback needs them
         assert by_pin[earlier].used_by
         assert not any(u.endswith("*") for u in by_pin[earlier].used_by)
     assert by_pin[GGUF_FILE].size == bed.gguf.stat().st_size
 
 
 def test_models_prune_removes_what_no_release_on_the_node_uses(bed: Bed) -> None:
+    rtx_history(bed, GGUF_FILE, V2, V3)
     node = bed.project.nodes[RTX]
     assert node.models_dir is not None
     models = Path(node.models_dir)
@@ -360,20 +397,21 @@ def test_models_prune_removes_what_no_release_on_the_node_uses(bed: Bed) -> None
                        'done', "sh", f"{node.base_dir}/{DEP}"])
         report = staged_models(transport, prune=True)
     pruned = {i.pin.split()[0] for i in report.items if i.pruned}
-    assert pruned == {GGUF_FILE, "Qwen3.6-35B-A3B-Q4_K_M-v2.gguf"}
+    assert pruned == {GGUF_FILE, V2}
     assert not (models / GGUF_FILE).exists()
-    assert (models / "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf").is_file()
+    assert (models / V3).is_file()
     assert http_get(node, PORT, "/health", timeout=5)[0] == 200
 
 
 def test_drift_reports_staged_weights_gone_from_the_node(bed: Bed) -> None:
-    current = gguf_profile(bed, "q4-v3", "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf")
+    rtx_history(bed, V3)
+    current = gguf_profile(bed, GGUF_PROFILES[V3], V3)
     project = placed(bed, RTX, current)
     report = check_drift(project, [RTX], secrets=SECRETS)
     assert not [i for i in report.items if i.kind == DriftKind.WEIGHTS], report.items
     node = bed.project.nodes[RTX]
     assert node.models_dir is not None
-    staged = Path(node.models_dir) / "Qwen3.6-35B-A3B-Q4_K_M-v3.gguf"
+    staged = Path(node.models_dir) / V3
     kept = staged.with_name("moved-away.gguf")
     staged.rename(kept)
     try:
@@ -406,6 +444,7 @@ def online_capable(bed: Bed, profile: Profile, node: str) -> Profile:
 def test_a_snapshot_is_staged_while_the_old_vllm_serves_and_vllm_boots_from_it_offline(
         bed: Bed) -> None:
     node = bed.project.nodes[SPARK]
+    forget_staged(bed.project, (SPARK,))  # staged by a test run before this one, maybe
     # The old engine: the real vLLM, on the tiny twin (no staged weights).
     old = one(deploy(placed(bed, SPARK, bed.project.profiles["qwen36-fp8"]), secrets=SECRETS))
     assert old.status == "deployed", old.failure and old.failure.message

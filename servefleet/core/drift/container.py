@@ -6,6 +6,7 @@ from __future__ import annotations
 from servefleet.core.drift.desired import DesiredDeployment
 from servefleet.core.drift.items import DriftKind, ItemCollector, short_digest
 from servefleet.core.observed import ObservedContainer, ObservedDeployment, gate_miss
+from servefleet.core.observed.serving import ungated_phrase
 from servefleet.core.plan import runs_engine_flags
 from servefleet.core.render.layout import ENV_FILE
 from servefleet.core.secrets import secret_digest
@@ -56,22 +57,18 @@ def _compare_container_state(have: ObservedDeployment, container: ObservedContai
 
 
 def ungated_why(have: ObservedDeployment, container: ObservedContainer) -> str | None:
-    """Why the running ``container`` has not passed its gate (the gate mark names another
-    release, or an earlier start of it), or ``None``: it passed, is not running, or the
-    mark was not read (it is read with the deployment's folder: none without the folder).
-    Drift and the Pulumi provider's health both say it."""
+    """How the running ``container`` misses its gate mark, in the shared phrase
+    (:func:`~servefleet.core.observed.serving.ungated_phrase`), or ``None``: it passed, is
+    not running, or the mark was not read (it is read with the deployment's folder: none
+    without the folder)."""
     if not have.present or not container.running:
         return None
     miss = gate_miss(container.release_id, container.started_at, have.gated_release,
                      have.gated_started_at)
-    if miss == "no-gate":
-        return "no passed health gate is recorded for it"
-    if miss == "other-release":
-        return f"the last gate passed for release {have.gated_release}"
-    if miss == "started-again":
-        return (f"its container started again since its gate passed ({container.restart_count}"
-                " Docker restarts)")
-    return None
+    if miss is None:
+        return None
+    return ungated_phrase(miss, container.release_id, have.gated_release,
+                          container.restart_count)
 
 
 def _compare_gate(have: ObservedDeployment, container: ObservedContainer,
@@ -80,10 +77,8 @@ def _compare_gate(have: ObservedDeployment, container: ObservedContainer,
     why = ungated_why(have, container)
     if why is None:
         return
-    release = container.release_label
     items.add(DriftKind.UNGATED_ENGINE, "gated", "ungated",
-              f"engine {release or '?'} runs ungated: {why}; run servefleet deploy to put it "
-              "through the gate", "gated")
+              f"{why}; run servefleet deploy to put it through the gate", "gated")
 
 
 def _compare_command(want: DesiredDeployment, container: ObservedContainer,
