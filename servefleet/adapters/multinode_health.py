@@ -26,13 +26,13 @@ from servefleet.adapters.node_health import (
     HealthOptions,
     TransportFactory,
     _default_transport,
-    _pick_container,
     split_runs,
 )
 from servefleet.adapters.observe import observe_node
 from servefleet.core.errors import ServefleetError
 from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow, rows_pass
 from servefleet.core.models import MultiNodeDeployment, Node
+from servefleet.core.observed.serving import engine_container
 from servefleet.core.project import Project
 from servefleet.core.secrets import SecretMask
 
@@ -45,7 +45,7 @@ def worker_rows(project: Project, node: Node, dep: MultiNodeDeployment, release:
                 check: DeploymentCheck) -> list[CheckRow]:
     """A worker rank's rows: container, join line, NCCL transport (``ncclDebug``)."""
     observed = observe_node(check.transport, [dep.name]).deployments.get(dep.name)
-    container = _pick_container(observed) if observed is not None else None
+    container = engine_container(observed) if observed is not None else None
     if container is None or not container.running:
         state = observed.engine_state() if observed is not None else "nothing deployed here"
         return [CheckRow("worker container", f"running {release or '-'}", state, "fail")]

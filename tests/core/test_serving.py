@@ -4,6 +4,7 @@ that the places that used to judge a deployment apart now agree."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,3 +116,26 @@ def test_plan_and_the_providers_word_the_same_verdict(observed: ObservedDeployme
         assert _serving_problem(observed) == reason
         assert _health(observed).startswith("unhealthy: ")
         assert _rank_health(observed).startswith("unhealthy: ")
+
+
+def test_health_rows_follow_the_verdict() -> None:
+    """``health``'s engine-container row fails where the verdict says Docker's healthcheck
+    fails (it used to pass it), and its running-release row where another release runs."""
+    from servefleet.adapters.node_health.check import DeploymentCheck
+    from servefleet.adapters.node_health.options import HealthOptions
+    from servefleet.core.project import load_nodes
+
+    nodes, _, _ = load_nodes(Path(__file__).resolve().parents[2])
+    node = nodes["rtx5090"]
+    check = DeploymentCheck(None, node, "main", None, HealthOptions())  # type: ignore[arg-type]
+
+    def rows(observed: ObservedDeployment) -> dict[str, str]:
+        verdict = serving(observed)
+        assert verdict.container is not None
+        found = check.container_rows(verdict.container, verdict, RELEASE, [], "vllm")
+        return {row.fact: row.verdict for row in found}
+
+    assert rows(deployment(container()))["engine container"] == "pass"
+    assert rows(deployment(container(health="unhealthy")))["engine container"] == "fail"
+    assert rows(deployment(container(OLD)))["running release"] == "fail"
+    assert "running release" not in rows(deployment(container()))

@@ -32,7 +32,6 @@ from servefleet.adapters.node_health.check import (
     RELOG_GRACE_SECONDS,
     RESTART_POLICY,
     DeploymentCheck,
-    _pick_container,
 )
 from servefleet.adapters.node_health.fleet import (
     TransportFactory,
@@ -64,7 +63,7 @@ from servefleet.adapters.node_health.read import (
 __all__ = [
     "LOG_TIMEOUT_SECONDS", "READ_SCRIPT", "RELOG_GRACE_SECONDS", "RESTART_POLICY", "STAMP_RE",
     "TAIL_EVIDENCE", "WRITE_SCRIPT", "DeploymentCheck", "HealthOptions", "NodeRead",
-    "TransportFactory", "_default_transport", "_pick_container", "api_key_for",
+    "TransportFactory", "_default_transport", "api_key_for",
     "check_deployment", "check_fleet", "epoch_of", "gate_checks", "key_of_epoch",
     "parse_lines", "parse_read", "read_log_and_baselines", "since_of_stamp", "split_runs",
     "stamp_key", "targets", "write_baselines",

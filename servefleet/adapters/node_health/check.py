@@ -26,7 +26,6 @@ from servefleet.adapters.node_health.read import (
     read_log_and_baselines,
     since_of_stamp,
     split_runs,
-    stamp_key,
     write_baselines,
 )
 from servefleet.adapters.observe import observe_node
@@ -45,23 +44,14 @@ from servefleet.core.expectations import ExpectedHealth, derive_expectations
 from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow, rows_pass
 from servefleet.core.kvplan.gate import check_against_prediction, expectations_with_prediction
 from servefleet.core.models import Node, Profile
-from servefleet.core.observed import ObservedContainer, ObservedDeployment
-from servefleet.core.plan import ungated_reason
+from servefleet.core.observed import ObservedContainer
+from servefleet.core.observed.serving import Serving, engine_container, serving
 from servefleet.core.project import PROFILES_DIR, Project, profile_identity
 
 RESTART_POLICY = "on-failure:3"
 """The rendered compose file's restart policy: Docker gives up after three restarts."""
 RELOG_GRACE_SECONDS = 1.0
 """After the engine stopped answering, wait this long so its dying words reach the log."""
-
-
-def _pick_container(observed: ObservedDeployment) -> ObservedContainer | None:
-    running = [c for c in observed.containers if c.running]
-    if running:
-        return running[0]
-    if not observed.containers:
-        return None
-    return max(observed.containers, key=lambda c: stamp_key(c.started_at or "") or ("", 0))
 
 
 def _fail(node: str, deployment: str, fact: str, expected: str, observed: str,
@@ -134,16 +124,20 @@ class DeploymentCheck:
         port = int(manifest.get("port") or self.node.ports[0])
         url = f"http://{self.node.address}:{port}"
         self.rows.extend(self.profile_rows(profile, manifest))
-        container = _pick_container(observed)
+        # The shared serving verdict decides which container is the engine and what is
+        # wrong with it; the rows below add what only health reads (log, probes, baselines).
+        verdict = serving(observed)
+        container = verdict.container or engine_container(observed)
         if container is None:
             self.rows.append(CheckRow("engine container", "running", observed.engine_state(),
                                       "fail"))
             return self.result(profile, release, url, {})
         read = self.read()
         earlier, current = split_runs(read.lines, container.started_at)
-        self.rows.extend(self.container_rows(container, release, earlier, profile.engine))
-        if container.running and observed.ungated:
-            self.rows.append(CheckRow("health gate", "passed", ungated_reason(observed), "warn",
+        self.rows.extend(self.container_rows(container, verdict, release, earlier,
+                                             profile.engine))
+        if verdict.state == "ungated":
+            self.rows.append(CheckRow("health gate", "passed", verdict.reason, "warn",
                                       ("run servefleet deploy to put it through the gate",)))
         facts = parse_lines(current, profile.engine)
         facts, booted = self.boot_outcome(profile, container, facts, current, read)
@@ -201,21 +195,25 @@ class DeploymentCheck:
                                   f"here; `servefleet deploy {self.node.name}` applies it",)))
         return rows
 
-    def container_rows(self, container: ObservedContainer, release: str | None,
-                       earlier: Sequence[bytes], engine: str) -> list[CheckRow]:
+    def container_rows(self, container: ObservedContainer, verdict: Serving,
+                       release: str | None, earlier: Sequence[bytes],
+                       engine: str) -> list[CheckRow]:
         """The container runs the current release and has not been restarted."""
         rows = []
         state = container.status
         if container.running:
+            docker_unhealthy = verdict.state == "unhealthy"
             rows.append(CheckRow("engine container", "running", "running"
                                  + (f" ({container.health})" if container.health else ""),
-                                 "pass"))
+                                 "fail" if docker_unhealthy else "pass",
+                                 (verdict.reason,) if docker_unhealthy else ()))
         else:
             detail = "OOM-killed, " if container.oom_killed else ""
             rows.append(CheckRow("engine container", "running",
                                  f"{state} ({detail}exit {container.exit_code})", "fail"))
-        if release and container.release_id and container.release_id != release:
-            rows.append(CheckRow("running release", release, container.release_id, "fail",
+        if verdict.state == "other-release":
+            rows.append(CheckRow("running release", release or "?",
+                                 container.release_id or "?", "fail",
                                  ("the container was started from another release than "
                                   "`current` names",)))
         if not container.restart_count:
