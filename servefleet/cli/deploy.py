@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -77,6 +77,9 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
     out = console()
     if not as_json:
         show_findings(out, project)
+    # The reads behind the plan the operator confirmed: the deploy acts on that plan and
+    # reads each node again only under its lock.
+    observations: dict[str, Any] = {}
     if not yes:
         if as_json or not sys.stdin.isatty():
             raise click.UsageError("not a terminal: pass --yes to deploy without confirming")
@@ -87,6 +90,7 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
             return
         if not click.confirm("deploy these changes?", default=False):
             raise click.Abort()
+        observations = fleet.observations
     single, multi = select_multinode(project, nodes)
     started = time.monotonic()
     if project.stack.gateway.enabled:
@@ -96,7 +100,7 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
         "rolling" if strategy == "rolling" else "parallel" if strategy == "parallel" else None)
     if as_json:
         results, spanning = _deploy_all(project, single, multi, run_strategy, secrets,
-                                        None, force_unlock, allow_outage)
+                                        None, force_unlock, allow_outage, observations)
         click.echo(json.dumps({"ok": _all_ok(results, spanning),
                                "seconds": round(time.monotonic() - started, 3),
                                "nodes": [r.to_json() for r in results],
@@ -107,7 +111,8 @@ def deploy_command(obj: CliContext, nodes: tuple[str, ...], strategy: str | None
         deadlines = boot_deadlines(project, project.deployments(single) if single != [] else [])
         with progress_display(out, deadlines) as progress:
             results, spanning = _deploy_all(project, single, multi, run_strategy, secrets,
-                                            progress, force_unlock, allow_outage)
+                                            progress, force_unlock, allow_outage,
+                                            observations)
         if results:
             print_results(out, results)
         print_multinode_results(out, spanning)
@@ -138,6 +143,7 @@ def _all_ok(results: Sequence[NodeResult], spanning: Sequence[MultiNodeResult]) 
 def _deploy_all(project: Project, single: list[str] | None, multi: Sequence[Any],
                 strategy: Any, secrets: dict[str, str], progress: Progress | None,
                 unlock_id: str | None, allow_outage: bool = False,
+                observations: Mapping[str, Any] | None = None,
                 ) -> tuple[list[NodeResult], list[MultiNodeResult]]:
     """The per-node rollout, then each engine spanning nodes (one after the other: they
     take the same node locks). Under ``rolling``, or after Ctrl-C, an earlier failure
@@ -154,6 +160,7 @@ def _deploy_all(project: Project, single: list[str] | None, multi: Sequence[Any]
                            mask=SecretMask.from_mapping(secrets)) as gateway:
         results = [] if single == [] else rollout.deploy(
             project, single, strategy, secrets, progress=progress, unlock_id=unlock_id,
+            observations=observations,
             abort=abort, hooks=gateway.hooks() if gateway else None)
     spanning: list[MultiNodeResult] = []
     rolling = (strategy or project.stack.strategy) == "rolling"

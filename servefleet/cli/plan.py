@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from servefleet.adapters.multinode import MultiNodePlan
-    from servefleet.adapters.rollout import NodeResult
+    from servefleet.adapters.rollout import NodeResult, Observation
     from servefleet.core.plan import PlanItem
     from servefleet.core.project import Project
 
@@ -51,6 +51,8 @@ class FleetPlan:
     gateway: dict[str, Any] | None = None
     """The stack's gateway, git's release against the running one, with its routes and
     each engine's state (:func:`servefleet.cli.gateway.gateway_view`)."""
+    observations: dict[str, Observation] = field(default_factory=dict)
+    """Each node's read behind :attr:`items`, for a deploy that follows this plan."""
 
     @property
     def changes(self) -> bool:
@@ -106,7 +108,9 @@ def plan_all(project: Project, nodes: Sequence[str] | None,
     if single == [] and not multi:
         raise ConfigError(f"stack {project.stack.stack!r} places nothing on "
                           f"{', '.join(nodes or []) or 'any node'}")
-    items, errors = ([], []) if single == [] else rollout.plan_fleet(project, single, secrets)
+    observations: dict[str, Observation] = {}
+    items, errors = ([], []) if single == [] else rollout.plan_fleet(
+        project, single, secrets, observations=observations)
     plans, more = plan_multinode(project, multi, secrets)
     from_git = [] if single == [] else git_only(project, single, errors, secrets)
     view = None
@@ -114,7 +118,7 @@ def plan_all(project: Project, nodes: Sequence[str] | None,
         from servefleet.cli.gateway import gateway_view
 
         view = gateway_view(project)
-    return FleetPlan(items, plans, [*errors, *more], from_git, view)
+    return FleetPlan(items, plans, [*errors, *more], from_git, view, observations)
 
 
 def _print_summary(out: Console, action: str, lines: list[str]) -> None:

@@ -37,6 +37,7 @@ from servefleet.adapters.rollout import (
     Hook,
     HookCall,
     NodeResult,
+    Observation,
     RolloutHooks,
     render_for,
     restore_candidate,
@@ -122,8 +123,10 @@ def release_of(project: Project) -> RenderedRelease:
 
 
 def deploy(project: Project, transport: FakeNodeTransport, *, failing: frozenset[str] = frozenset(),
-           unlock_id: str | None = None, hooks: RolloutHooks | None = None) -> NodeResult:
-    """One deploy of the stack's deployment through the fake node."""
+           unlock_id: str | None = None, hooks: RolloutHooks | None = None,
+           seen: Observation | None = None) -> NodeResult:
+    """One deploy of the stack's deployment through the fake node (``seen``: the
+    command's earlier read of it)."""
     abort = Abort()
     transport.abort = abort
     transport.labels.clear()
@@ -132,7 +135,14 @@ def deploy(project: Project, transport: FakeNodeTransport, *, failing: frozenset
                               secrets=SECRETS, abort=abort, hooks=hooks)
     rollout.failing = failing
     rendered = release_of(project)
-    return rollout.deploy([rendered], {"main": project.stack.deployments[0]})
+    return rollout.deploy([rendered], {"main": project.stack.deployments[0]}, seen=seen)
+
+
+def planned(project: Project, transport: FakeNodeTransport) -> Observation:
+    """A plan's read of the fake node (as ``servefleet deploy`` shows before it confirms)."""
+    reader = FakeGateRollout(project, transport.node, fake_runtime(transport), secrets=SECRETS)
+    observed, _ = reader.plan([release_of(project)])
+    return reader.observation(observed)
 
 
 @dataclasses.dataclass
@@ -223,6 +233,23 @@ def test_a_clean_update_runs_these_commands_and_ends_gated(scene: Scene) -> None
     assert audit_lines(scene)[-1][5] == "ok"
     assert scene.transport.observed().lock_owner is None
     assert not plan(release_of(scene.b), dep).changes
+
+
+def test_a_deploy_after_its_plan_reads_the_node_once_more_only_under_the_lock(
+        scene: Scene) -> None:
+    seen = planned(scene.b, scene.transport)
+    assert scene.transport.labels == ["observe the node"]
+    result = deploy(scene.b, scene.transport, seen=seen)
+    assert result.status == "deployed", result.to_json()
+    labels = [label.replace(scene.release_b, "B") for label in scene.transport.labels]
+    # The plan's read stands in for the one before the lock: one read in all, then the
+    # lock's own read (which decides what changes).
+    assert tuple(labels) == UPDATE_STEPS[1:]
+    # Nothing to do after a plan that found nothing: not one more command.
+    seen = planned(scene.b, scene.transport)
+    scene.transport.labels.clear()
+    assert deploy(scene.b, scene.transport, seen=seen).status == "unchanged"
+    assert scene.transport.labels == []
 
 
 def test_a_failed_gate_runs_these_commands_to_restore(scene: Scene) -> None:

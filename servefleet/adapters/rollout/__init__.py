@@ -67,7 +67,7 @@ from servefleet.adapters.rollout.fleet import (
     stream_logs,
     unlock,
 )
-from servefleet.adapters.rollout.node import NodeRollout
+from servefleet.adapters.rollout.node import NodeRollout, Observation
 from servefleet.adapters.rollout.recovery import FAILED_STOP_GRACE_SECONDS
 from servefleet.adapters.rollout.results import (
     DeploymentResult,
@@ -87,7 +87,8 @@ from servefleet.adapters.rollout.target import Target, target_for, target_from_m
 __all__ = [
     "EDITED_MARK", "FAILED_STOP_GRACE_SECONDS", "RECORDED_PHASES", "SIGNALS", "Abort", "Clock",
     "DeploymentResult", "DeploymentStatus", "Failure", "GaveUp", "Hook", "HookCall",
-    "NodeResult", "NodeRollout", "Progress", "ProgressEvent", "Restore", "RolloutHooks",
+    "NodeResult", "NodeRollout", "Observation", "Progress", "ProgressEvent", "Restore",
+    "RolloutHooks",
     "StepFailed", "Strategy", "Target", "TransportFactory", "_node_error", "check_rules",
     "choose_rollback", "deploy", "deploy_node", "list_releases", "observe_node", "plan_fleet",
     "render_for", "restore_candidate", "rollback", "stop_deployment", "stream_logs",

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from servefleet.adapters.health_gate import HttpGet, http_get
 from servefleet.adapters.lock import force_unlock as remove_lock
 from servefleet.adapters.rollout.control import Abort, Clock
-from servefleet.adapters.rollout.node import NodeRollout
+from servefleet.adapters.rollout.node import NodeRollout, Observation
 from servefleet.adapters.rollout.results import (
     FAILED_PHASE,
     DeploymentResult,
@@ -83,9 +83,11 @@ def render_for(project: Project, nodes: Sequence[str] | None,
 def plan_fleet(project: Project, nodes: Sequence[str] | None = None,
                secrets: Mapping[str, str] | None = None, *,
                transport_factory: TransportFactory = open_transport,
+               observations: dict[str, Observation] | None = None,
                ) -> tuple[list[PlanItem], list[NodeResult]]:
     """Observe every node (in parallel, read-only) and plan. Returns the plan items and
-    node-level errors (unreachable nodes, refused host keys)."""
+    node-level errors (unreachable nodes, refused host keys). ``observations``, when given,
+    receives each node's read, for a :func:`deploy` of the same command."""
     releases = render_for(project, nodes, secrets, require_secrets=False)
     mask = SecretMask.from_mapping(secrets)
     clock = Clock()
@@ -97,8 +99,10 @@ def plan_fleet(project: Project, nodes: Sequence[str] | None = None,
         started = clock.monotonic()
         try:
             with transport_factory(project.nodes[name], mask) as transport:
-                planned = NodeRollout(project, project.nodes[name],
-                                      runtime_for(transport)).plan(grouped[name])[1]
+                reader = NodeRollout(project, project.nodes[name], runtime_for(transport))
+                observed, planned = reader.plan(grouped[name])
+                if observations is not None:
+                    observations[name] = reader.observation(observed)
                 return [_with_weights_source(item, rendered, peers, transport, project)
                         for item, rendered in zip(planned, grouped[name], strict=True)]
         except ServefleetError as error:
@@ -120,7 +124,8 @@ def deploy(project: Project, nodes: Sequence[str] | None = None,
            progress: Progress | None = None, unlock_id: str | None = None,
            clock: Clock | None = None, http: HttpGet = http_get,
            transport_factory: TransportFactory = open_transport,
-           abort: Abort | None = None, hooks: RolloutHooks | None = None) -> list[NodeResult]:
+           abort: Abort | None = None, hooks: RolloutHooks | None = None,
+           observations: Mapping[str, Observation] | None = None) -> list[NodeResult]:
     """Deploy the stack to ``nodes`` (default: every node of the stack).
 
     ``parallel`` (the stack's default) rolls out all nodes at once, one connection each;
@@ -130,19 +135,23 @@ def deploy(project: Project, nodes: Sequence[str] | None = None,
     the deploy before any node is touched. SIGINT, SIGTERM and SIGHUP become a controlled
     abort while it runs (see the module docstring); ``unlock_id`` removes a lock with that id
     first (``--force-unlock LOCK_ID``).
+    ``observations``: the command's earlier reads of the nodes (:func:`plan_fleet`'s), so
+    that a node is not read again before its lock.
     """
     abort = abort or Abort()
     with abort.handling_signals():
         return _deploy(project, nodes, strategy, secrets, progress=progress,
                        unlock_id=unlock_id, clock=clock, http=http,
-                       transport_factory=transport_factory, abort=abort, hooks=hooks)
+                       transport_factory=transport_factory, abort=abort, hooks=hooks,
+                       observations=observations or {})
 
 
 def _deploy(project: Project, nodes: Sequence[str] | None, strategy: Strategy | None,
             secrets: Mapping[str, str] | None, *, progress: Progress | None,
             unlock_id: str | None, clock: Clock | None, http: HttpGet,
             transport_factory: TransportFactory, abort: Abort,
-            hooks: RolloutHooks | None) -> list[NodeResult]:
+            hooks: RolloutHooks | None,
+            observations: Mapping[str, Observation]) -> list[NodeResult]:
     strategy = strategy or project.stack.strategy
     clock = clock or Clock()
     releases = render_for(project, nodes, secrets)
@@ -162,7 +171,8 @@ def _deploy(project: Project, nodes: Sequence[str] | None, strategy: Strategy | 
                                       progress=progress, http=http, unlock_id=unlock_id,
                                       secrets=secrets, abort=abort, hooks=hooks)
                 result = rollout.deploy(grouped[name], {
-                    r.deployment: deployments[r.key] for r in grouped[name]})
+                    r.deployment: deployments[r.key] for r in grouped[name]},
+                    seen=observations.get(name))
         except ServefleetError as error:
             result = _node_error(name, error, started, clock)
             if progress is not None:

@@ -32,6 +32,17 @@ from servefleet.core.plan import PlanItem, plan, recovery_notes
 from servefleet.core.render import RenderedRelease, manifest_for
 
 
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """One unlocked read of a node, kept for the rest of the command: the plan shown before
+    a confirmation is the plan the deploy acts on, and the node is not read again before its
+    lock (whose own read, under the lock, still decides what changes)."""
+
+    node: ObservedNode
+    key: str
+    """The read's random key of the secret digests (:attr:`NodeRollout.observe_key`)."""
+
+
 class NodeRollout(Recovery):
     """Rollouts on one node (see the module docstring)."""
 
@@ -54,6 +65,11 @@ class NodeRollout(Recovery):
         """Observe and plan (read-only)."""
         self.emit("observe")
         observed = self.observe([r.deployment for r in releases])
+        return observed, self.plan_items(observed, releases)
+
+    def plan_items(self, observed: ObservedNode,
+                   releases: Sequence[RenderedRelease]) -> list[PlanItem]:
+        """The plan of ``releases`` against ``observed`` (read with :attr:`observe_key`)."""
         items = []
         for rendered in releases:
             dep = observed.deployments.get(rendered.deployment)
@@ -61,13 +77,23 @@ class NodeRollout(Recovery):
                 rendered, dep, secret_key=self.observe_key.encode()), recovery=recovery_notes(
                 observed.lock, dep, rendered.deployment),
                 node_baselines=observed.baselines))
-        return observed, items
+        return items
+
+    def observation(self, observed: ObservedNode) -> Observation:
+        """``observed`` (the last read) with its key, to hand to :meth:`deploy` later."""
+        return Observation(observed, self.observe_key)
 
     def deploy(self, releases: Sequence[RenderedRelease],
-               deployments: Mapping[str, Deployment]) -> NodeResult:
-        """Bring every deployment of ``releases`` to its release."""
+               deployments: Mapping[str, Deployment],
+               seen: Observation | None = None) -> NodeResult:
+        """Bring every deployment of ``releases`` to its release. ``seen``: this command's
+        earlier read of the node (its plan), which stands in for the read before the lock."""
         result = NodeResult(self.node.name)
-        _, items = self.plan(releases)
+        if seen is None:
+            _, items = self.plan(releases)
+        else:
+            self.observe_key = seen.key
+            items = self.plan_items(seen.node, releases)
         if not any(item.changes for item in items):
             result.deployments = [self._unchanged(item) for item in items]
             self.emit("done", message="unchanged")
