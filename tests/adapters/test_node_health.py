@@ -128,3 +128,27 @@ def test_runs_split_at_the_container_start(start: str | float | None) -> None:
 def test_without_a_start_everything_is_the_current_run() -> None:
     earlier, current = split_runs(LOG.splitlines(keepends=True), None)
     assert earlier == [] and len(current) == 5
+
+
+def test_health_reads_a_node_once_for_all_its_deployments(tmp_path: Path) -> None:
+    """Two deployments on one node: one read of the node (the fake node counts every
+    command), each deployment judged from it (here: nothing deployed, so no further read)."""
+    import dataclasses
+
+    from fake_node import FakeNodeTransport, one_deployment_project
+
+    from servefleet.adapters.node_health import check_fleet
+    from servefleet.core.models import Deployment
+
+    project = one_deployment_project(tmp_path / "srv", "rtx5090", "qwen36-q4-llamacpp")
+    node = project.nodes["rtx5090"]
+    stack = project.stack.model_copy(update={"deployments": [
+        *project.stack.deployments,
+        Deployment(node="rtx5090", name="second", profile="qwen36-q4-llamacpp",
+                   port=node.ports[1])]})
+    project = dataclasses.replace(project, stack=stack)
+    transport = FakeNodeTransport(node, tmp_path / "node")
+    found = check_fleet(project, ["rtx5090"], transport_factory=lambda _node, _mask: transport)
+    assert [(r.deployment, r.rows[0].observed) for r in found] == [
+        ("main", "nothing deployed here"), ("second", "nothing deployed here")]
+    assert transport.labels == ["observe the node"]

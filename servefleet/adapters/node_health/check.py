@@ -44,7 +44,7 @@ from servefleet.core.expectations import ExpectedHealth, derive_expectations
 from servefleet.core.health_table import CheckRow, DeploymentHealth, HealthRow, rows_pass
 from servefleet.core.kvplan.gate import check_against_prediction, expectations_with_prediction
 from servefleet.core.models import Node, Profile
-from servefleet.core.observed import ObservedContainer
+from servefleet.core.observed import ObservedContainer, ObservedNode
 from servefleet.core.observed.serving import Serving, engine_container, serving
 from servefleet.core.project import PROFILES_DIR, Project, profile_identity
 
@@ -104,11 +104,13 @@ class DeploymentCheck:
                                   what="read the engine log")
         return parse_read(done.stdout)
 
-    def run(self) -> DeploymentHealth:
-        """Every check; see :mod:`servefleet.adapters.node_health`."""
+    def run(self, node_read: ObservedNode | None = None) -> DeploymentHealth:
+        """Every check; see :mod:`servefleet.adapters.node_health`. ``node_read``: the
+        command's read of the node (else it is read now, for this deployment)."""
         assert self.project is not None
         name, dep = self.node.name, self.deployment
-        observed = observe_node(self.transport, [dep]).deployments.get(dep)
+        node_read = node_read or observe_node(self.transport, [dep])
+        observed = node_read.deployments.get(dep)
         if observed is None or (observed.current_release is None and not observed.containers):
             return _fail(name, dep, "deployment", "deployed", "nothing deployed here")
         manifest = observed.manifest or {}

@@ -8,21 +8,25 @@ from concurrent.futures import ThreadPoolExecutor
 
 from servefleet.adapters.node_health.check import DeploymentCheck
 from servefleet.adapters.node_health.options import HealthOptions
+from servefleet.adapters.observe import observe_node
 from servefleet.adapters.runtime import Transport, TransportFactory, open_transport
 from servefleet.core.bootlog import BootFacts
 from servefleet.core.errors import ConfigError, RemoteError, ServefleetError
 from servefleet.core.expectations import ExpectedHealth
 from servefleet.core.health_table import CheckRow, DeploymentHealth
 from servefleet.core.models import Node, Profile
+from servefleet.core.observed import ObservedNode
 from servefleet.core.project import Project
 from servefleet.core.secrets import SecretMask
 
 
 def check_deployment(project: Project, node: Node, deployment: str, transport: Transport,
-                     options: HealthOptions | None = None) -> DeploymentHealth:
-    """The health of one deployment (see :mod:`servefleet.adapters.node_health`)."""
+                     options: HealthOptions | None = None,
+                     observed: ObservedNode | None = None) -> DeploymentHealth:
+    """The health of one deployment (see :mod:`servefleet.adapters.node_health`).
+    ``observed``: the command's read of the node (else it is read now)."""
     return DeploymentCheck(project, node, deployment, transport, options or HealthOptions()
-                           ).run()
+                           ).run(observed)
 
 
 def gate_checks(transport: Transport, node: Node, profile: Profile, deployment: str, *,
@@ -91,9 +95,12 @@ def check_fleet(project: Project, nodes: Sequence[str] | None = None, *,
         found: list[DeploymentHealth] = []
         try:
             with transport_factory(node, mask) as transport:
+                # One read of the node for all its deployments.
+                observed = observe_node(transport, chosen[name])
                 for dep in chosen[name]:
                     try:
-                        found.append(check_deployment(project, node, dep, transport, options))
+                        found.append(check_deployment(project, node, dep, transport, options,
+                                                      observed))
                     except RemoteError as error:
                         # One deployment's command failed; the node may still answer.
                         found.append(DeploymentHealth(name, dep, (), error=mask(str(error))))
