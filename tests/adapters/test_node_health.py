@@ -134,10 +134,12 @@ def test_health_reads_a_node_once_for_all_its_deployments(tmp_path: Path) -> Non
     """Two deployments on one node: one read of the node (the fake node counts every
     command), each deployment judged from it (here: nothing deployed, so no further read)."""
     import dataclasses
+    from typing import cast
 
     from fake_node import FakeNodeTransport, one_deployment_project
 
     from servefleet.adapters.node_health import check_fleet
+    from servefleet.adapters.runtime import Transport
     from servefleet.core.models import Deployment
 
     project = one_deployment_project(tmp_path / "srv", "rtx5090", "qwen36-q4-llamacpp")
@@ -148,7 +150,8 @@ def test_health_reads_a_node_once_for_all_its_deployments(tmp_path: Path) -> Non
                    port=node.ports[1])]})
     project = dataclasses.replace(project, stack=stack)
     transport = FakeNodeTransport(node, tmp_path / "node")
-    found = check_fleet(project, ["rtx5090"], transport_factory=lambda _node, _mask: transport)
+    found = check_fleet(project, ["rtx5090"],
+                        transport_factory=lambda _node, _mask: cast(Transport, transport))
     assert [(r.deployment, r.rows[0].observed) for r in found] == [
         ("main", "nothing deployed here"), ("second", "nothing deployed here")]
     assert transport.labels == ["observe the node"]
