@@ -333,10 +333,13 @@ def apply(props: Mapping[str, Any], previous: Mapping[str, Any] | None = None,
     # The routes come from the whole stack: the gateway knows every node's engines.
     with following_gateway(project, allow_outage=bool(props.get("allowOutage")),
                            mask=mask) as gateway:
+        # Called only when the diff found a change: the read under the lock is the
+        # node's first (and decides); the one after the rollout reports what it left.
         result = rollout.deploy_node(project, name, placed, secrets,
                                      progress=progress_printer(mask),
                                      unlock_id=str(unlock_id) if unlock_id else None,
-                                     hooks=gateway.hooks() if gateway else None)
+                                     hooks=gateway.hooks() if gateway else None,
+                                     read_first=False)
     if not result.ok:
         text = mask(failure_text(result))
         gate = any(d.failure is not None and (d.failure.failure_class is not None or

@@ -124,9 +124,9 @@ def release_of(project: Project) -> RenderedRelease:
 
 def deploy(project: Project, transport: FakeNodeTransport, *, failing: frozenset[str] = frozenset(),
            unlock_id: str | None = None, hooks: RolloutHooks | None = None,
-           seen: Observation | None = None) -> NodeResult:
+           seen: Observation | None = None, read_first: bool = True) -> NodeResult:
     """One deploy of the stack's deployment through the fake node (``seen``: the
-    command's earlier read of it)."""
+    command's earlier read of it; ``read_first``: read it before the lock)."""
     abort = Abort()
     transport.abort = abort
     transport.labels.clear()
@@ -135,7 +135,8 @@ def deploy(project: Project, transport: FakeNodeTransport, *, failing: frozenset
                               secrets=SECRETS, abort=abort, hooks=hooks)
     rollout.failing = failing
     rendered = release_of(project)
-    return rollout.deploy([rendered], {"main": project.stack.deployments[0]}, seen=seen)
+    return rollout.deploy([rendered], {"main": project.stack.deployments[0]}, seen=seen,
+                          read_first=read_first)
 
 
 def planned(project: Project, transport: FakeNodeTransport) -> Observation:
@@ -250,6 +251,18 @@ def test_a_deploy_after_its_plan_reads_the_node_once_more_only_under_the_lock(
     scene.transport.labels.clear()
     assert deploy(scene.b, scene.transport, seen=seen).status == "unchanged"
     assert scene.transport.labels == []
+
+
+def test_a_deploy_told_something_changes_reads_the_node_only_under_the_lock(
+        scene: Scene) -> None:
+    """The Pulumi provider's update (called only on a diff): no read before the lock; with
+    nothing to change after all, the lock is taken and given back, nothing else."""
+    result = deploy(scene.b, scene.transport, read_first=False)
+    assert result.status == "deployed", result.to_json()
+    labels = [label.replace(scene.release_b, "B") for label in scene.transport.labels]
+    assert tuple(labels) == UPDATE_STEPS[1:]
+    assert deploy(scene.b, scene.transport, read_first=False).status == "unchanged"
+    assert scene.transport.labels == ["take the node lock", "release the node lock"]
 
 
 def test_a_failed_gate_runs_these_commands_to_restore(scene: Scene) -> None:

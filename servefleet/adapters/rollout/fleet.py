@@ -125,7 +125,8 @@ def deploy(project: Project, nodes: Sequence[str] | None = None,
            clock: Clock | None = None, http: HttpGet = http_get,
            transport_factory: TransportFactory = open_transport,
            abort: Abort | None = None, hooks: RolloutHooks | None = None,
-           observations: Mapping[str, Observation] | None = None) -> list[NodeResult]:
+           observations: Mapping[str, Observation] | None = None,
+           read_first: bool = True) -> list[NodeResult]:
     """Deploy the stack to ``nodes`` (default: every node of the stack).
 
     ``parallel`` (the stack's default) rolls out all nodes at once, one connection each;
@@ -136,14 +137,15 @@ def deploy(project: Project, nodes: Sequence[str] | None = None,
     abort while it runs (see the module docstring); ``unlock_id`` removes a lock with that id
     first (``--force-unlock LOCK_ID``).
     ``observations``: the command's earlier reads of the nodes (:func:`plan_fleet`'s), so
-    that a node is not read again before its lock.
+    that a node is not read again before its lock; ``read_first`` false: no read before
+    the lock at all (:meth:`NodeRollout.deploy`).
     """
     abort = abort or Abort()
     with abort.handling_signals():
         return _deploy(project, nodes, strategy, secrets, progress=progress,
                        unlock_id=unlock_id, clock=clock, http=http,
                        transport_factory=transport_factory, abort=abort, hooks=hooks,
-                       observations=observations or {})
+                       observations=observations or {}, read_first=read_first)
 
 
 def _deploy(project: Project, nodes: Sequence[str] | None, strategy: Strategy | None,
@@ -151,7 +153,7 @@ def _deploy(project: Project, nodes: Sequence[str] | None, strategy: Strategy | 
             unlock_id: str | None, clock: Clock | None, http: HttpGet,
             transport_factory: TransportFactory, abort: Abort,
             hooks: RolloutHooks | None,
-            observations: Mapping[str, Observation]) -> list[NodeResult]:
+            observations: Mapping[str, Observation], read_first: bool) -> list[NodeResult]:
     strategy = strategy or project.stack.strategy
     clock = clock or Clock()
     releases = render_for(project, nodes, secrets)
@@ -172,7 +174,7 @@ def _deploy(project: Project, nodes: Sequence[str] | None, strategy: Strategy | 
                                       secrets=secrets, abort=abort, hooks=hooks)
                 result = rollout.deploy(grouped[name], {
                     r.deployment: deployments[r.key] for r in grouped[name]},
-                    seen=observations.get(name))
+                    seen=observations.get(name), read_first=read_first)
         except ServefleetError as error:
             result = _node_error(name, error, started, clock)
             if progress is not None:
@@ -279,7 +281,8 @@ def deploy_node(project: Project, node: str, deployments: Sequence[Deployment] |
                 progress: Progress | None = None, unlock_id: str | None = None,
                 clock: Clock | None = None, http: HttpGet = http_get,
                 transport_factory: TransportFactory = open_transport,
-                abort: Abort | None = None, hooks: RolloutHooks | None = None) -> NodeResult:
+                abort: Abort | None = None, hooks: RolloutHooks | None = None,
+                read_first: bool = True) -> NodeResult:
     """Deploy to one node: ``deployments`` (default: what the stack places there), each
     validated, rendered, staged, gated and committed or restored as in :func:`deploy`.
     The one call every front end uses for a node (the CLI through :func:`deploy`, the
@@ -288,4 +291,5 @@ def deploy_node(project: Project, node: str, deployments: Sequence[Deployment] |
         project = project.placing(node, deployments)
     return deploy(project, [node], "parallel", secrets, progress=progress,
                   unlock_id=unlock_id, clock=clock, http=http,
-                  transport_factory=transport_factory, abort=abort, hooks=hooks)[0]
+                  transport_factory=transport_factory, abort=abort, hooks=hooks,
+                  read_first=read_first)[0]

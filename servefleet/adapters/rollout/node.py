@@ -85,16 +85,20 @@ class NodeRollout(Recovery):
 
     def deploy(self, releases: Sequence[RenderedRelease],
                deployments: Mapping[str, Deployment],
-               seen: Observation | None = None) -> NodeResult:
-        """Bring every deployment of ``releases`` to its release. ``seen``: this command's
-        earlier read of the node (its plan), which stands in for the read before the lock."""
+               seen: Observation | None = None, *, read_first: bool = True) -> NodeResult:
+        """Bring every deployment of ``releases`` to its release. A node is read before
+        its lock so that a deploy with nothing to do takes no lock; ``seen`` (this
+        command's earlier read of the node, its plan) stands in for that read, and with
+        ``read_first`` false there is none (a caller that knows something changes: the
+        Pulumi provider's update, called only on a diff). The read under the lock decides."""
         result = NodeResult(self.node.name)
-        if seen is None:
-            _, items = self.plan(releases)
-        else:
+        items: list[PlanItem] | None = None
+        if seen is not None:
             self.observe_key = seen.key
             items = self.plan_items(seen.node, releases)
-        if not any(item.changes for item in items):
+        elif read_first:
+            _, items = self.plan(releases)
+        if items is not None and not any(item.changes for item in items):
             result.deployments = [self._unchanged(item) for item in items]
             self.emit("done", message="unchanged")
             return result
