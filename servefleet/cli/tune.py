@@ -24,12 +24,53 @@ if TYPE_CHECKING:
 @click.option("--target-kv-tokens", type=click.IntRange(1), help="KV pool wanted (as printed).")
 @click.option("--target-concurrency", type=click.FloatRange(0, min_open=True),
               help="Requests of max_model_len tokens that must fit at once.")
+@click.option("--measure", is_flag=True,
+              help="Search the serving settings on the node itself: every candidate deployed "
+                   "(gated) and benched; the node ends on PROFILE.")
+@click.option("--deployment", help="With --measure: the deployment to tune (when the stack "
+                                   "places PROFILE on NODE more than once).")
+@click.option("--scenarios", "scenarios_path", help="With --measure: scenario file (default: "
+                                                    "the stack's bench scenarios).")
+@click.option("--only", help="With --measure: scenario names to run, comma-separated.")
+@click.option("--slo", "slo_text", help="With --measure: bounds a candidate must meet, e.g. "
+                                        "'ttft_p99<=2s,tpot_mean<=80ms'.")
+@click.option("--max-deploys", type=click.IntRange(1),
+              help="With --measure: candidates deployed at most (default: a third of the "
+                   "grid).")
+@click.option("--max-minutes", type=click.FloatRange(0, min_open=True),
+              help="With --measure: stop searching after this long.")
+@click.option("--grid", is_flag=True, help="With --measure: deploy every point (vLLM "
+                                           "auto_tune's way) instead of searching.")
+@click.option("--apply", is_flag=True, help="With --measure: leave the node on the winner "
+                                            "and write its overlay under profiles/.")
+@click.option("--knobs", help="With --measure: the settings to search, comma-separated "
+                              "(max_num_seqs, max_num_batched_tokens, gpu_memory_utilization, "
+                              "num_speculative_tokens).")
+@click.option("--values", multiple=True, help="With --measure: KNOB=V1,V2,… (repeatable): "
+                                              "the values searched for a knob.")
+@click.option("--json", "as_json", is_flag=True, help="With --measure: the outcome as JSON.")
 @click.pass_obj
 def tune_command(obj: CliContext, profile_name: str, node_name: str,
-                 target_kv_tokens: int | None, target_concurrency: float | None) -> None:
+                 target_kv_tokens: int | None, target_concurrency: float | None,
+                 measure: bool, deployment: str | None, scenarios_path: str | None,
+                 only: str | None, slo_text: str | None, max_deploys: int | None,
+                 max_minutes: float | None, grid: bool, apply: bool, knobs: str | None,
+                 values: tuple[str, ...], as_json: bool) -> None:
     """Print a profile overlay (extends PROFILE) with the gpu_memory_utilization that reaches
-    the target on NODE, with the prediction it rests on."""
+    the target on NODE, with the prediction it rests on; with --measure, search the serving
+    settings on NODE itself and print the winner's overlay."""
     import yaml
+
+    if measure:
+        if target_kv_tokens is not None or target_concurrency is not None:
+            raise click.UsageError("--measure searches by measuring: leave out --target-*")
+        from servefleet.cli.tune_measure import run_measured
+
+        run_measured(obj, profile_name, node_name, deployment=deployment,
+                     scenarios_path=scenarios_path, only=only, slo_text=slo_text,
+                     max_deploys=max_deploys, max_minutes=max_minutes, grid=grid,
+                     apply=apply, knobs=knobs, values=values, as_json=as_json)
+        return
 
     from servefleet.core.engines import engine_of
     from servefleet.core.errors import ConfigError
