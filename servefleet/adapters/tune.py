@@ -66,7 +66,8 @@ class TuneOutcome:
     serving: str | None = None
     """The profile the node serves at the end."""
     deploys: int = 0
-    """Candidates deployed (the control's own deploy at the end not counted)."""
+    """Candidates deployed by the search, a resumed one's earlier runs included (the
+    control's own deploy at the end not counted)."""
     failure: str | None = None
 
 
@@ -113,7 +114,9 @@ class StateFile:
         data = json.loads(self.path.read_text())
         if data.get("version") != STATE_VERSION or data.get("key") != self.key:
             return []
-        return [Trial.from_json(t) for t in data.get("trials", [])]
+        # An interrupted candidate measured nothing: the resumed search tries it again.
+        return [trial for trial in map(Trial.from_json, data.get("trials", []))
+                if trial.status != "interrupted"]
 
     def save(self, trials: Sequence[Trial]) -> None:
         """Write every trial so far (atomically: a kill leaves the previous version)."""
@@ -206,10 +209,12 @@ class MeasuredTune:
             self.say(f"candidate {label(point)}: refused before the node: {trial.why}")
             return trial
         if not passed:
-            status = "interrupted" if self.abort.requested else "failed"
-            self.say(f"candidate {label(point)}: {status}: {why}")
-            return Trial(point, status, why=why, deployed=True,  # type: ignore[arg-type]
-                         boot=_boot(result))
+            if self.abort.requested:
+                why = f"interrupted by {self.abort.signal_name}: {why}"
+                self.say(f"candidate {label(point)}: {why}")
+                return Trial(point, "interrupted", why=why, deployed=True, boot=_boot(result))
+            self.say(f"candidate {label(point)}: failed: {why}")
+            return Trial(point, "failed", why=why, deployed=True, boot=_boot(result))
         try:
             records = self.bench(profile.name)
         except KeyboardInterrupt:
@@ -258,7 +263,8 @@ def run_tune(tune: MeasuredTune, *, max_deploys: int, max_minutes: float | None,
             return f"--max-minutes {max_minutes:g} passed"
         return None
 
-    budget = Budget(max_deploys, stop=stop)
+    # --max-deploys bounds the whole search: what a resumed one spent before counts.
+    budget = Budget(max_deploys, spent=sum(1 for t in known if t.deployed), stop=stop)
     try:
         with tune.abort.handling_signals():
             search = grid if method == "grid" else compass_search
@@ -267,7 +273,7 @@ def run_tune(tune: MeasuredTune, *, max_deploys: int, max_minutes: float | None,
     except ServefleetError as error:
         trials, outcome.failure = recorded, str(error)
     outcome.trials = list(trials)
-    outcome.deploys = sum(1 for t in trials if t.deployed and t not in known)
+    outcome.deploys = sum(1 for t in trials if t.deployed)
     outcome.verdict = verdict(control, outcome.trials)
     winner = outcome.verdict.winner
     keep = (apply_point(base, winner.point, candidate_name(base.name, winner.point))

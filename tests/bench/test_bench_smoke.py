@@ -304,3 +304,19 @@ def test_bench_gateway_switch(sim_fleet: FleetHandle) -> None:
     assert {w[2].split(".")[0] for w in windows if w} == {"sim-spark-1", "sim-spark-2"}, out
     assert all(w and w[1] == "0" for w in windows), out
     assert lines_matching(out, r"^  failed: drained switch 0 of \d+, retries only \d+ of \d+$")
+
+
+@pytest.mark.fleet
+@pytest.mark.slow
+def test_bench_tune(sim_fleet: FleetHandle) -> None:
+    """The grid and the search over the smallest lattice (two points), the real vLLM CPU
+    build on sim-spark-2: both measured the control before and after and left the node on
+    it (the script exits non-zero otherwise); the comparison line is printed."""
+    clear_faults(sim_fleet)
+    out = run_bench("bench_tune.py", "--seqs", "1,2", "--batched", "2048", "--users", "2",
+                    "--prompts", "2", "--no-sim-up", timeout=1200)
+    [grid] = lines_matching(out, r"^  grid +\d+ deploys")
+    [search] = lines_matching(out, r"^  search +\d+ deploys")
+    assert " 1 deploys" in grid and " 1 deploys" in search, (grid, search)
+    assert lines_matching(out, r"^  search / grid: [\d.]+% of the best throughput with "
+                               r"[\d.]+x the deploys \(1 of 1\)")
