@@ -207,9 +207,10 @@ def report(load: GatewayLoad, events: list[GatewayEvent], legs: list[tuple[str, 
                 problems.append(f"{name}: the gateway never drained an engine")
             for w in windows:
                 inside = load.within(w.start, w.end)
-                leaked = sum(o.engine == w.server for o in inside)
-                print(f"      {w.server} drained {w.end - w.start:.1f} s: {len(inside)} "
-                      f"requests answered in it, {leaked} by {w.server} (aim: 0)")
+                leaked = len(w.leaked(inside))
+                print(f"      {w.server} drained from route {w.backend} "
+                      f"{w.end - w.start:.1f} s: {len(inside)} requests answered in it, "
+                      f"{leaked} through that route by {w.server} (aim: 0)")
                 if leaked or not inside:
                     problems.append(f"{name}: {w.server}: {leaked} of {len(inside)} requests "
                                     "reached it while drained")

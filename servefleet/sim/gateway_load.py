@@ -34,6 +34,9 @@ MAX_REQUESTS = 20_000
 """A hard cap whatever the caller asks."""
 
 ENGINE_HEADER = "x-servefleet-engine"
+ROUTE_HEADER = "x-servefleet-route"
+"""The gateway's route (HAProxy backend) a request took: an engine in two routes is
+drained from one, then the other, and only the first route's requests must avoid it then."""
 """The response header the gateway sets to the server (``node.deployment``) that answered."""
 
 OutcomeClass = Literal["ok", "http_error", "refused", "reset", "cut_body", "timeout", "other"]
@@ -69,6 +72,8 @@ class Outcome:
     ``engine`` when it targets one engine; ``None`` when nothing answered."""
     detail: str
     """What happened, in a few words (the status and the start of the body, or the error)."""
+    route: str | None = None
+    """The gateway's route that answered (:data:`ROUTE_HEADER`); ``None`` without one."""
 
     @property
     def ok(self) -> bool:
@@ -127,6 +132,7 @@ class GatewayLoad:
         data = json.dumps(self.body).encode()
         started = time.monotonic()
         engine: str | None = None
+        route: str | None = None
         connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80,
                                                 timeout=self.timeout)
         try:
@@ -134,6 +140,7 @@ class GatewayLoad:
                 "content-type": "application/json", "connection": "close", **self.headers})
             response = connection.getresponse()
             engine = response.getheader(ENGINE_HEADER) or self.engine
+            route = response.getheader(ROUTE_HEADER)
             raw = response.read()
             kind, detail = _judge(response.status, raw)
         except BaseException as error:  # every outcome is recorded
@@ -143,7 +150,7 @@ class GatewayLoad:
         finally:
             connection.close()
         return Outcome(started, time.monotonic(), kind, engine if kind != "refused" else None,
-                       detail)
+                       detail, route)
 
     def _run(self) -> None:
         me = threading.current_thread()
@@ -261,12 +268,23 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class DrainWindow:
-    """From a server's drain to its re-admission: no request sent in it may reach it."""
+    """From a server's drain in one route to its re-admission there: no request sent
+    through that route in it may reach it."""
 
     server: str
     start: float
     end: float
     """``math.inf`` when it was not re-admitted while the load ran."""
+    backend: str | None = None
+    """The route (HAProxy backend) it was drained from."""
+
+    def leaked(self, outcomes: Iterable[Outcome]) -> list[Outcome]:
+        """The requests sent through this route after the drain and answered before the
+        re-admission that reached the drained server (a request without a route, from a
+        gateway that does not name it, counts whatever route it took)."""
+        return [o for o in outcomes if o.engine == self.server and self.start <= o.started
+                and o.finished <= self.end and (o.route is None or self.backend is None
+                                                or o.route == self.backend)]
 
 
 def drain_windows(events: Sequence[GatewayEvent]) -> list[DrainWindow]:
@@ -279,8 +297,9 @@ def drain_windows(events: Sequence[GatewayEvent]) -> list[DrainWindow]:
         if event.what == "drained":
             open_at.setdefault(key, event.at)
         elif key in open_at:
-            windows.append(DrainWindow(event.server, open_at.pop(key), event.at))
-    windows += [DrainWindow(server, start, float("inf")) for (_, server), start in open_at.items()]
+            windows.append(DrainWindow(event.server, open_at.pop(key), event.at, event.backend))
+    windows += [DrainWindow(server, start, float("inf"), backend)
+                for (backend, server), start in open_at.items()]
     return sorted(windows, key=lambda w: (w.start, w.server))
 
 

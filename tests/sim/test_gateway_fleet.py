@@ -167,7 +167,7 @@ class Rolled:
         for window in windows:
             assert window.start < window.end < float("inf"), window
             inside = self.load.within(window.start, window.end)
-            to_drained = [o for o in inside if o.engine == window.server]
+            to_drained = window.leaked(inside)
             assert len(inside) >= MIN_REQUESTS_PER_DRAIN and not to_drained, \
                 f"{window}: {len(inside)} requests, {len(to_drained)} to it\n{self.table()}"
 

@@ -21,6 +21,7 @@ from servefleet.sim.gateway_load import (
     DrainWindow,
     GatewayLoad,
     LoadBroken,
+    Outcome,
     drain_windows,
     phases,
     summary,
@@ -211,9 +212,32 @@ def test_drain_windows_pair_each_drain_with_its_readmission() -> None:
               GatewayEvent("admitting", "r0", "a.gw", 5.0),
               GatewayEvent("admitting", "r1", "a.gw", 5.1),
               GatewayEvent("drained", "r1", "b.gw", 6.0)]
-    assert drain_windows(events) == [DrainWindow("a.gw", 1.0, 5.0), DrainWindow("a.gw", 1.1, 5.1),
-                                     DrainWindow("b.gw", 6.0, float("inf"))]
+    assert drain_windows(events) == [DrainWindow("a.gw", 1.0, 5.0, "r0"),
+                                     DrainWindow("a.gw", 1.1, 5.1, "r1"),
+                                     DrainWindow("b.gw", 6.0, float("inf"), "r1")]
     parts = phases(events, 0.0, 8.0)
     assert [(name, a, b) for name, a, b in parts] == [
         ("all in rotation", 0.0, 1.0), ("a.gw drained", 1.0, 1.1), ("a.gw drained", 1.1, 5.0),
         ("a.gw drained", 5.0, 5.1), ("all in rotation", 5.1, 6.0), ("b.gw drained", 6.0, 8.0)]
+
+
+def test_a_drained_window_counts_only_its_own_routes_requests() -> None:
+    """An engine in two routes is drained from one, then the other: a request the second
+    route still sent it in between is no leak of the first route's drain (the real run:
+    sim-spark-2 drained 0.6 s apart in its two routes, one request answered in between),
+    while one the drained route sent it is."""
+    events = [GatewayEvent("drained", "long", "b.gw", 1.0),
+              GatewayEvent("drained", "any", "b.gw", 1.6),
+              GatewayEvent("admitting", "long", "b.gw", 9.0),
+              GatewayEvent("admitting", "any", "b.gw", 9.1)]
+    long_window, any_window = drain_windows(events)
+    through_any = Outcome(1.2, 1.3, "ok", "b.gw", "200", "any")
+    assert long_window.leaked([through_any]) == []
+    assert any_window.leaked([through_any]) == []  # sent before that route's drain
+    through_long = Outcome(2.0, 2.1, "ok", "b.gw", "200", "long")
+    assert long_window.leaked([through_long]) == [through_long]
+    late_any = Outcome(2.0, 2.1, "ok", "b.gw", "200", "any")
+    assert any_window.leaked([late_any]) == [late_any]
+    # Without the route header every request counts against every window (as before).
+    unnamed = Outcome(1.2, 1.3, "ok", "b.gw", "200")
+    assert long_window.leaked([unnamed]) == [unnamed]

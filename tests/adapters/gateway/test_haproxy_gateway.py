@@ -64,6 +64,9 @@ def test_every_answer_names_the_engine_that_gave_it(fleet) -> None:  # type: ign
     assert seen["requests"] == 12 and seen["by_class"]["other"] == 12, seen
     assert set(seen["engines"]) == {"dgx-spark-1.main", "dgx-spark-2.main"}, seen
     assert seen["engines"]["dgx-spark-1.main"] == len(e["spark1"].bodies)
+    # And the route each took (the drain tests count a drained route's requests only).
+    routes = {o.route for o in load.outcomes}
+    assert len(routes) == 1 and None not in routes, routes
 
 
 def test_unknown_or_missing_model_is_refused_with_a_reason(fleet) -> None:  # type: ignore[no-untyped-def]
