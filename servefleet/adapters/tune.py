@@ -34,7 +34,7 @@ from servefleet.adapters.bench.session import (
     bench_target,
     run_bench,
 )
-from servefleet.adapters.rollout import Abort, ProgressEvent, deploy_node
+from servefleet.adapters.rollout import Abort, ProgressEvent, check_rules, deploy_node
 from servefleet.adapters.runtime import Transport, connect
 from servefleet.core.bench.record import BenchRecord
 from servefleet.core.bench.scenario import Scenario
@@ -195,6 +195,23 @@ class MeasuredTune:
                result.error or (mine.status if mine else "no result"))
         return False, why, mine
 
+    def refused(self, point: Point, error: ValidationFailed) -> Trial:
+        """A point the rules refuse, with their first error."""
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        trial = Trial(point, "refused", why=" ".join(lines[-1:]) or str(error))
+        self.say(f"candidate {label(point)}: refused before the node: {trial.why}")
+        return trial
+
+    def screen(self, point: Point) -> Trial | None:
+        """The point refused by every validation rule (the KV planner's among them) before
+        it costs a deploy, or ``None``."""
+        profile = apply_point(self.base, point, candidate_name(self.base.name, point))
+        try:
+            check_rules(self.project_with(profile))
+        except ValidationFailed as error:
+            return self.refused(point, error)
+        return None
+
     def evaluate(self, point: Point) -> Trial:
         """One candidate through the real path (module docstring, steps 2 and 3)."""
         if self.abort.requested:
@@ -203,11 +220,8 @@ class MeasuredTune:
         self.say(f"candidate {label(point)}: deploy (gated)")
         try:
             passed, why, result = self.deploy(profile)
-        except ValidationFailed as error:
-            lines = [line for line in str(error).splitlines() if line.strip()]
-            trial = Trial(point, "refused", why=" ".join(lines[-1:]) or str(error))
-            self.say(f"candidate {label(point)}: refused before the node: {trial.why}")
-            return trial
+        except ValidationFailed as error:  # the rules changed since the screen: same answer
+            return self.refused(point, error)
         if not passed:
             if self.abort.requested:
                 why = f"interrupted by {self.abort.signal_name}: {why}"
@@ -256,6 +270,13 @@ def run_tune(tune: MeasuredTune, *, max_deploys: int, max_minutes: float | None,
         tune.state.save(recorded)
         return trial
 
+    def screen(point: Point) -> Trial | None:
+        trial = tune.screen(point)
+        if trial is not None:
+            recorded.append(trial)
+            tune.state.save(recorded)
+        return trial
+
     def stop() -> str | None:
         if tune.abort.requested:
             return f"interrupted by {tune.abort.signal_name}"
@@ -269,7 +290,7 @@ def run_tune(tune: MeasuredTune, *, max_deploys: int, max_minutes: float | None,
         with tune.abort.handling_signals():
             search = grid if method == "grid" else compass_search
             trials, outcome.ended = search(tune.space, control, evaluate, budget,
-                                           known=known)
+                                           known=known, screen=screen)
     except ServefleetError as error:
         trials, outcome.failure = recorded, str(error)
     outcome.trials = list(trials)

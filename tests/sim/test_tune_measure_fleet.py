@@ -2,15 +2,15 @@
 
 The profile searched serves one request at a time (``max_num_seqs: 1``), so under scenario
 C's four users more sequences win by far more than any noise band (the answer is known
-beforehand: the test can fail the way the claim can). The lattice is 2 × 2: ``max_num_seqs``
-1 or 4, ``max_num_batched_tokens`` 2048 or 2; vLLM refuses to start with fewer batched
-tokens than sequences (``max_num_batched_tokens (2) must be greater than or equal to
-max_num_seqs (4)``), so that candidate fails its gate for real.
+beforehand: the test can fail the way the claim can). The lattice is ``max_num_seqs`` 1, 2,
+4 × ``max_num_batched_tokens`` 2048, 4096; every point with 2048 is refused by the rules
+before it reaches the node (the hybrid GDN model needs at least 4096), so it costs no deploy.
 
-One search, two runs: the first is interrupted by SIGINT once its first candidate is
-measured (it must put the profile back, gated, and record what it measured); the second
-resumes, spends its last deploy on the failing candidate (one restore, never benched) and
-ends on the profile, gated, with the winner's overlay printed.
+One search, two runs: the first is interrupted by SIGINT once its first candidate (2
+sequences) is measured: it stops, puts the profile back, gated, and records what it
+measured. The second resumes from the record (the candidate is not measured again), spends
+its last deploy on 4 sequences, polls the refused points for free, and ends on the profile,
+gated, with the winner's overlay printed.
 """
 
 from __future__ import annotations
@@ -45,10 +45,12 @@ SCENARIOS = {"scenarios": [{"name": "C", "input_len": 64, "output_len": 16, "con
                             "prompts": 8, "warmups": 1, "seeds": [42, 43]}]}
 ARGS = ("tune", SERIAL, "--node", NODE, "--measure", "--only", "C",
         "--knobs", "max_num_seqs,max_num_batched_tokens",
-        "--values", "max_num_seqs=1,4", "--values", "max_num_batched_tokens=2,2048",
+        "--values", "max_num_seqs=1,2,4", "--values", "max_num_batched_tokens=2048,4096",
         "--slo", "ttft_p99<=60s", "--max-deploys", "2", "--json")
-WINNER = [["max_num_seqs", 4], ["max_num_batched_tokens", 2048]]
-FAILING = [["max_num_seqs", 4], ["max_num_batched_tokens", 2]]
+FIRST = [["max_num_seqs", 2], ["max_num_batched_tokens", 4096]]
+WINNER = [["max_num_seqs", 4], ["max_num_batched_tokens", 4096]]
+REFUSED = [[["max_num_seqs", 4], ["max_num_batched_tokens", 2048]],
+           [["max_num_seqs", 2], ["max_num_batched_tokens", 2048]]]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,7 @@ def bed(real_engines: FleetHandle, tmp_path_factory: pytest.TempPathFactory
     bench_project(real_engines, folder, STACK, NODE, DEP, SERIAL, PORT, SCENARIOS)
     (folder / "profiles" / f"{SERIAL}.yaml").write_text(yaml.safe_dump({
         "extends": "qwen36-fp8", "description": "one request at a time (tune tests)",
-        "vllm": {"max_num_seqs": 1, "max_num_batched_tokens": 2048}}))
+        "vllm": {"max_num_seqs": 1, "max_num_batched_tokens": 4096}}))
     for _ in wiped_project(real_engines, DEP, [NODE]):
         project = load_project(folder, STACK)
         [result] = deploy(project, [NODE], secrets=BENCH_SECRETS)
@@ -90,7 +92,7 @@ def test_an_interrupted_search_resumes_and_ends_on_the_profile_gated(bed: Projec
     deadline = time.monotonic() + 600
     for line in first.stderr:
         lines.append(line)
-        if line.startswith("candidate seqs=4 batched=2048: ") and "out tok/s" in line:
+        if line.startswith("candidate seqs=2 batched=4096: ") and "out tok/s" in line:
             first.send_signal(signal.SIGINT)  # the first candidate is measured: stop here
             break
         assert time.monotonic() < deadline, "".join(lines[-20:])
@@ -101,36 +103,37 @@ def test_an_interrupted_search_resumes_and_ends_on_the_profile_gated(bed: Projec
     # Stopped at the next step (a deploy under way when the signal came ends interrupted,
     # restored or never started, and is tried again by the resumed search).
     assert stopped["ended"].startswith("interrupted by SIGINT"), stopped["ended"]
-    assert [t["point"] for t in stopped["trials"] if t["status"] != "interrupted"] == [WINNER]
+    assert [t["point"] for t in stopped["trials"] if t["status"] != "interrupted"] == [FIRST]
     assert stopped["serving"] == SERIAL and serving(bed) == SERIAL
     assert stopped["control_again"] is not None  # put back, gated, and benched again
 
     second = cli(bed, *ARGS)
     out, err = second.communicate(timeout=900)
     assert second.returncode == 0, err[-4000:]
-    assert "resuming: 1 candidate(s) recorded by an earlier run" in err
+    assert "resuming: 1 candidate(s) recorded by an earlier run" in err, err[-3000:]
     done = json.loads(out)
     by_point = {json.dumps(t["point"]): t for t in done["trials"]}
-    assert set(by_point) == {json.dumps(WINNER), json.dumps(FAILING)}, by_point.keys()
-    # The failing candidate: deployed, its gate failed on vLLM's own refusal, restored,
-    # never benched.
-    failed = by_point[json.dumps(FAILING)]
-    assert failed["status"] == "failed" and failed["deployed"] and not failed["figures"]
-    assert "max_num_batched_tokens" in failed["why"], failed["why"]
-    assert done["deploys"] == 2 and done["ended"] == "--max-deploys 2 spent"
-    # Four users against one at a time: the winner, outside the noise band.
+    assert set(by_point) == {json.dumps(p) for p in (FIRST, WINNER, *REFUSED)}, by_point.keys()
+    # The rules refused the points below 4096 batched tokens: never deployed.
+    for point in REFUSED:
+        refused = by_point[json.dumps(point)]
+        assert refused["status"] == "refused" and not refused["deployed"], refused
+        assert "max_num_batched_tokens" in refused["why"], refused["why"]
+    assert done["deploys"] == 2, done["deploys"]  # one per run; the first one's not again
+    # Four users against one, then two, at a time: each step wins outside the noise band.
     winner = done["winner"]
     assert winner is not None and winner["point"] == WINNER, done["reason"]
-    assert winner["score"] > done["control"]["score"] * 1.02
+    assert winner["score"] > by_point[json.dumps(FIRST)]["score"] * 1.02
+    assert by_point[json.dumps(FIRST)]["score"] > done["control"]["score"] * 1.02
     assert winner["boot"].get("kv_cache_tokens"), winner["boot"]
-    assert done["overlay"] == {"extends": SERIAL, "description": done["overlay"]["description"],
-                               "vllm": {"max_num_seqs": 4, "max_num_batched_tokens": 2048}}
+    assert done["overlay"]["extends"] == SERIAL
+    assert done["overlay"]["vllm"] == {"max_num_seqs": 4, "max_num_batched_tokens": 4096}
     # The node ends on the profile, gated; every candidate's bench is in its history.
     assert done["serving"] == SERIAL and serving(bed) == SERIAL
     with connect(bed.nodes[NODE]) as transport:
         records, _ = read_records(transport, DEP)
     tuned = {r.profile for r in records if r.role == "tune"}
-    assert {SERIAL, f"{SERIAL}-tune-4-2048"} <= tuned, tuned
-    assert f"{SERIAL}-tune-4-2" not in tuned
+    assert {SERIAL, f"{SERIAL}-tune-2-4096", f"{SERIAL}-tune-4-4096"} <= tuned, tuned
+    assert not any(name.endswith("-2048") for name in tuned), tuned
     state = Path(bed.root) / ".servefleet" / "tune"
     assert len(list(state.glob("*.json"))) == 1

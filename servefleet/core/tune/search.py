@@ -11,9 +11,9 @@ move in Hooke and Jeeves' sense. It needs no model of the landscape and no gradi
 it deploys only next to the best point: on a landscape that rises towards one corner (more
 sequences until the scenario's users are served at once) it walks there in a few deploys,
 where a grid deploys every point. A point the planner refuses (it cannot boot, or its pool
-misses the floor) costs no deploy. When no point one step along a knob is better, the points
-one step along two knobs are polled before the search ends, so that a refused or failed
-point does not hide the ones around it.
+misses the floor) costs no deploy, nor any of the budget. When no point one step along a
+knob is better, the points one step along two knobs are polled before the search ends, so
+that a refused or failed point does not hide the ones around it.
 
 vLLM's own ``benchmarks/auto_tune`` deploys every cell of its grid; :func:`grid` does the
 same over the same lattice, for the side-by-side measurement in ``bench/bench_tune.py``.
@@ -95,7 +95,13 @@ def better(candidate: Trial, best: Trial, drift: float = 0.0) -> bool:
 
 
 Evaluate = Callable[[Point], Trial]
-"""Deploy, gate and bench one point (or return it refused or failed)."""
+"""Deploy, gate and bench one point (or return it failed)."""
+Screen = Callable[[Point], Trial | None]
+"""The point refused before any deploy (the rules, the KV planner), or ``None``."""
+
+
+def _no_screen(_point: Point) -> Trial | None:
+    return None
 
 
 @dataclass
@@ -114,9 +120,25 @@ class Budget:
         return self.stop()
 
 
+def _poll(point: Point, evaluate: Evaluate, screen: Screen, budget: Budget
+          ) -> Trial | str:
+    """One point: refused by ``screen`` for free, else measured if the budget allows (else
+    why not)."""
+    refused = screen(point)
+    if refused is not None:
+        return refused
+    stop = budget.exhausted()
+    if stop is not None:
+        return stop
+    trial = evaluate(point)
+    if trial.deployed:
+        budget.spent += 1
+    return trial
+
+
 def compass_search(space: Space, control: Trial, evaluate: Evaluate, budget: Budget, *,
                    known: Iterable[Trial] = (), drift: Callable[[], float] = lambda: 0.0,
-                   ) -> tuple[list[Trial], str]:
+                   screen: Screen = _no_screen) -> tuple[list[Trial], str]:
     """The search of the module docstring from ``control`` (the profile as it is, measured
     already). ``known``: trials recorded by an earlier run of the same search (resumed: not
     measured again). Returns every trial, in the order made, and why the search ended."""
@@ -135,14 +157,11 @@ def compass_search(space: Space, control: Trial, evaluate: Evaluate, budget: Bud
         for knob, step, point in polls:
             if point == control.point or point in done:
                 continue
-            stop = budget.exhausted()
-            if stop is not None:
-                return trials, stop
-            trial = evaluate(point)
+            trial = _poll(point, evaluate, screen, budget)
+            if isinstance(trial, str):
+                return trials, trial
             done[point] = trial
             trials.append(trial)
-            if trial.deployed:
-                budget.spent += 1
             if trial.status == "interrupted":
                 return trials, trial.why or "interrupted"
             if trial.status == "measured" and better(trial, best, drift()):
@@ -153,21 +172,20 @@ def compass_search(space: Space, control: Trial, evaluate: Evaluate, budget: Bud
                             "than the noise band")
 
 
-def grid(space: Space, control: Trial, evaluate: Evaluate, budget: Budget,
-         known: Iterable[Trial] = ()) -> tuple[list[Trial], str]:
+def grid(space: Space, control: Trial, evaluate: Evaluate, budget: Budget, *,
+         known: Iterable[Trial] = (), screen: Screen = _no_screen,
+         drift: Callable[[], float] = lambda: 0.0) -> tuple[list[Trial], str]:
     """Every point of the lattice but the control, in grid order (vLLM's auto_tune way)."""
+    del drift  # a grid measures every point whatever the band
     done = {t.point: t for t in known}
     trials: list[Trial] = list(known)
     for point in space.points():
         if point == control.point or point in done:
             continue
-        stop = budget.exhausted()
-        if stop is not None:
-            return trials, stop
-        trial = evaluate(point)
+        trial = _poll(point, evaluate, screen, budget)
+        if isinstance(trial, str):
+            return trials, trial
         trials.append(trial)
-        if trial.deployed:
-            budget.spent += 1
         if trial.status == "interrupted":
             return trials, trial.why or "interrupted"
     return trials, "every point of the grid measured"

@@ -151,3 +151,21 @@ def test_slo_misses_name_the_bound() -> None:
     assert slo.misses({"p99_ttft_ms": 1.0}) == ["tpot_mean<=80ms: not measured (mean_tpot_ms)"]
     with pytest.raises(ValueError, match="METRIC_STAT<=LIMIT"):
         parse_slo("ttft<2s")
+
+
+def test_a_screened_point_costs_none_of_the_budget() -> None:
+    """The rules refuse a point before the budget is asked: the search polls past the
+    refused points and spends its one deploy on the next one the rules allow."""
+    refused = {point(64, 4096), point(16, 4096)}
+
+    def screen(p: Point) -> Trial | None:
+        return Trial(p, "refused", why="rules") if p in refused else None
+
+    evaluate, deployed = evaluator(rising)
+    budget = Budget(1)
+    control = Trial(point(32, 4096), "measured", score=rising(point(32, 4096)), role="control")
+    space = Space(SPACE.knobs, point(32, 4096))
+    trials, why = compass_search(space, control, evaluate, budget, screen=screen)
+    assert {t.point for t in trials if t.status == "refused"} == refused
+    assert deployed == [point(32, 16384)]
+    assert budget.spent == 1 and why == "--max-deploys 1 spent"
