@@ -13,6 +13,8 @@ import click
 
 from servefleet.cli.main import CliContext
 
+EXIT_INTERRUPTED = 130
+"""Interrupted (SIGINT/SIGTERM): the profile is back, gated; the same command resumes."""
 STATE_DIR = Path(".servefleet") / "tune"
 """Where a search's trials are kept in the project folder (resumed from there)."""
 
@@ -41,9 +43,9 @@ def run_measured(obj: CliContext, profile_name: str, node_name: str, *,
     """The measured tune: search, table, verdict and the winner's overlay."""
     import yaml
 
-    from servefleet.adapters.bench.session import BenchProgress
+    from servefleet.adapters.bench.session import BenchProgress, BenchRefused
     from servefleet.adapters.tune import MeasuredTune, StateFile, candidate_name, run_tune
-    from servefleet.cli.bench import _scenarios
+    from servefleet.cli.bench import EXIT_REFUSED, _scenarios
     from servefleet.cli.rollout_common import (
         console,
         missing_error,
@@ -106,8 +108,12 @@ def run_measured(obj: CliContext, profile_name: str, node_name: str, *,
         f"{'grid' if grid else 'compass search'}, at most {budget} deploy(s); SLO {slo}")
     tune = MeasuredTune(project, node_name, dep, space, slo, scenarios, secrets, state,
                         token_hex(6), say, progress)
-    outcome = run_tune(tune, max_deploys=budget, max_minutes=max_minutes,
-                       method="grid" if grid else "search", apply=apply)
+    try:
+        outcome = run_tune(tune, max_deploys=budget, max_minutes=max_minutes,
+                           method="grid" if grid else "search", apply=apply)
+    except BenchRefused as error:  # the control cannot be measured: nothing was deployed
+        click.echo(f"refused: {error}", err=True)
+        sys.exit(EXIT_REFUSED)
     assert outcome.verdict is not None
     winner = outcome.verdict.winner
     overlay = None
@@ -143,3 +149,7 @@ def run_measured(obj: CliContext, profile_name: str, node_name: str, *,
     if outcome.failure or outcome.serving is None:
         say(f"failed: {outcome.failure}")
         sys.exit(1)
+    if outcome.ended.startswith("interrupted"):
+        say(f"interrupted: {node_name}/{dep} serves {outcome.serving}, gated; the same "
+            "command resumes the search")
+        sys.exit(EXIT_INTERRUPTED)

@@ -42,7 +42,7 @@ PORT = 8003
 STACK = "tm"
 SERIAL = "tm-serial"
 SCENARIOS = {"scenarios": [{"name": "C", "input_len": 64, "output_len": 16, "concurrency": 4,
-                            "prompts": 8, "warmups": 1, "seeds": [42, 43]}]}
+                            "prompts": 6, "warmups": 1, "seeds": [42]}]}
 ARGS = ("tune", SERIAL, "--node", NODE, "--measure", "--only", "C",
         "--knobs", "max_num_seqs,max_num_batched_tokens",
         "--values", "max_num_seqs=1,2,4", "--values", "max_num_batched_tokens=2048,4096",
@@ -98,7 +98,7 @@ def test_an_interrupted_search_resumes_and_ends_on_the_profile_gated(bed: Projec
         assert time.monotonic() < deadline, "".join(lines[-20:])
     out, err = first.communicate(timeout=600)
     lines.append(err)
-    assert first.returncode == 0, "".join(lines)[-4000:]
+    assert first.returncode == 130, "".join(lines)[-4000:]  # interrupted, put back
     stopped = json.loads(out)
     # Stopped at the next step (a deploy under way when the signal came ends interrupted,
     # restored or never started, and is tried again by the resumed search).
