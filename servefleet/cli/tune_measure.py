@@ -54,11 +54,22 @@ def run_measured(obj: CliContext, profile_name: str, node_name: str, *,
     )
     from servefleet.core.errors import ConfigError
     from servefleet.core.project import load_project
+    from servefleet.core.suggest import unknown_name
     from servefleet.core.tune.report import table
     from servefleet.core.tune.slo import parse_slo
     from servefleet.core.tune.space import default_space, vllm_overlay
 
     project = load_project(obj.project_dir, obj.stack)
+    if profile_name not in project.profiles:
+        raise ConfigError(unknown_name("profile", profile_name, project.profiles, "profiles/"))
+    profile = project.profiles[profile_name]
+    try:
+        slo = parse_slo(slo_text)
+        space = default_space(profile,
+                              [k.strip() for k in knobs.split(",")] if knobs else None,
+                              parse_values(values))
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
     mine = [d for d in project.stack.for_node(node_name) if d.profile == profile_name
             and (deployment is None or d.name == deployment)]
     if len(mine) != 1:
@@ -68,13 +79,6 @@ def run_measured(obj: CliContext, profile_name: str, node_name: str, *,
             "measured tune searches around a deployment the node serves (deploy it first; "
             "--deployment picks one of several)")
     dep = mine[0].name
-    try:
-        slo = parse_slo(slo_text)
-        space = default_space(project.profiles[profile_name],
-                              [k.strip() for k in knobs.split(",")] if knobs else None,
-                              parse_values(values))
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
     secrets, missing = secrets_from_env(project, [node_name])
     if missing:
         raise missing_error(missing)

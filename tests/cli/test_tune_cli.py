@@ -76,3 +76,23 @@ def test_tune_says_what_the_reserve_base_was_fitted_on():
     assert ("4.85 GiB base (unified memory; fitted on 3 Qwen3.6-35B-A3B GB10 boots (seed 001 "
             "MTP on/off, the 0.25.1 fixture), an assumption for other models and cards; real "
             "GB10 boots have reserved 3.0 to 5.8 GiB in all") in " ".join(result.output.split())
+
+
+def test_measure_refuses_bad_input_before_it_reads_any_node():
+    """``--measure``'s arguments are checked before a node is asked anything: the SLO's
+    form, a knob the profile does not have, a profile the stack does not place there, and
+    the planned mode's targets."""
+    both = _tune("qwen36-fp8", "--node", "dgx-spark-1", "--measure", "--target-kv-tokens", "1")
+    assert both.exit_code == 2 and "leave out --target-*" in both.output
+    slo = _tune("qwen36-fp8", "--node", "dgx-spark-1", "--measure", "--slo", "ttft<2s")
+    assert slo.exit_code == 2 and "METRIC_STAT<=LIMIT" in slo.output, slo.output
+    knob = _tune("qwen36-fp8", "--node", "dgx-spark-1", "--measure", "--knobs",
+               "num_speculative_tokens")
+    assert knob.exit_code == 2 and "not a knob of this profile" in knob.output, knob.output
+    values = _tune("qwen36-fp8", "--node", "dgx-spark-1", "--measure", "--values", "max_num_seqs")
+    assert values.exit_code == 2 and "KNOB=V1,V2" in values.output, values.output
+    elsewhere = CliRunner().invoke(build_cli(), [
+        "--project", str(ROOT), "--stack", "reference", "tune", "qwen36-fp8", "--node",
+        "rtx5090", "--measure"])
+    assert elsewhere.exit_code == 1, elsewhere.output
+    assert "places qwen36-fp8 on rtx5090 0 time(s)" in elsewhere.output, elsewhere.output
