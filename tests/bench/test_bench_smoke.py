@@ -313,7 +313,7 @@ def test_bench_tune(sim_fleet: FleetHandle) -> None:
     build on sim-spark-2: both measured the control before and after and left the node on
     it (the script exits non-zero otherwise); the comparison line is printed."""
     clear_faults(sim_fleet)
-    out = run_bench("bench_tune.py", "--seqs", "1,2", "--batched", "2048", "--users", "2",
+    out = run_bench("bench_tune.py", "--seqs", "1,2", "--batched", "4096", "--users", "2",
                     "--prompts", "2", "--no-sim-up", timeout=1200)
     [grid] = lines_matching(out, r"^  grid +\d+ deploys")
     [search] = lines_matching(out, r"^  search +\d+ deploys")
