@@ -43,10 +43,9 @@ sys.path.insert(0, str(REPO))
 
 from servefleet.adapters.rollout import deploy  # noqa: E402
 from servefleet.core.project import load_project  # noqa: E402
-from servefleet.sim import fleet, testbed  # noqa: E402
+from servefleet.sim import testbed  # noqa: E402
 from servefleet.sim.engines.ensure import ensure_engines  # noqa: E402
 from servefleet.sim.inventory import STANDIN_FILE  # noqa: E402
-from servefleet.sim.spec import fleet_specs  # noqa: E402
 
 NODE, DEP, PORT, STACK, BASE = "sim-spark-2", "tb", 8003, "tb", "tb-base"
 SECRETS = {"HF_TOKEN": "hf_bench_placeholder"}
@@ -109,14 +108,9 @@ def main() -> int:
     parser.add_argument("--no-sim-up", action="store_true",
                         help="use the fleet as it runs (its inventory in nodes/sim)")
     args = parser.parse_args()
-    config = fleet.FleetConfig()
     ensure_engines(("vllm",), lambda line: print(f"   sim: {line}", flush=True))
-    if args.no_sim_up:
-        handle = testbed.FleetHandle(config=config, project_dir=REPO,
-                                     nodes={s.name: s for s in fleet_specs(3)},
-                                     standin_is_real=True, started_here=False)
-    else:
-        handle = testbed.acquire(REPO, config, say=lambda m: print(f"   sim: {m}"))
+    handle = testbed.for_bench(REPO, join=args.no_sim_up,
+                               say=lambda m: print(f"   sim: {m}"))
     # The node runs the real vLLM CPU build from the next deploy on; what its control folder
     # said before is put back at the end.
     marker = handle.node_files(NODE).control_dir / STANDIN_FILE

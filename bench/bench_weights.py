@@ -49,10 +49,9 @@ from servefleet.adapters.runtime.ssh.transport import SshTransport  # noqa: E402
 from servefleet.cli.progress import event_line  # noqa: E402
 from servefleet.core.models import Deployment, Profile  # noqa: E402
 from servefleet.core.project import Project, load_project  # noqa: E402
-from servefleet.sim import fleet, testbed  # noqa: E402
+from servefleet.sim import testbed  # noqa: E402
 from servefleet.sim.hub import LocalHub  # noqa: E402
 from servefleet.sim.inventory import STANDIN_FILE  # noqa: E402
-from servefleet.sim.spec import fleet_specs  # noqa: E402
 
 DEP, PORT = "wbench", 18101
 RTX, SPARK = "sim-5090", "sim-spark-1"
@@ -132,15 +131,8 @@ def main() -> None:
     parser.add_argument("--no-sim-up", action="store_true",
                         help="use the running fleet as it is (a test session's)")
     args = parser.parse_args()
-    config = fleet.FleetConfig()
-    if args.no_sim_up:
-        # Joining through `sim up` would write the inventory again for the real engines,
-        # whatever the stand-in markers of the session that runs the fleet say.
-        handle = testbed.FleetHandle(config=config, project_dir=REPO,
-                                     nodes={s.name: s for s in fleet_specs(3)},
-                                     standin_is_real=True, started_here=False)
-    else:
-        handle = testbed.acquire(REPO, config, say=lambda m: print(f"   sim: {m}"))
+    handle = testbed.for_bench(REPO, join=args.no_sim_up,
+                               say=lambda m: print(f"   sim: {m}"))
     # The stand-in engines boot in seconds: the figures are the staging's. What the
     # control folders said before is put back, inventory included.
     saved = {}

@@ -210,6 +210,19 @@ def acquire(project_dir: Path, config: FleetConfig, specs: list[NodeSpec] | None
                        standin_is_real=standin_real, started_here=not was_running)
 
 
+def for_bench(project_dir: Path, *, join: bool, say: fleet.Say = fleet.quiet) -> FleetHandle:
+    """The fleet a bench script drives: with ``join``, the three nodes as they run (a test
+    session's: joining through ``sim up`` would write the inventory again for the real
+    engines, whatever the stand-in markers of the session that runs the fleet say), else
+    brought up (or joined) with a lease of this process (:func:`acquire`)."""
+    config = FleetConfig()
+    if join:
+        return FleetHandle(config=config, project_dir=project_dir,
+                           nodes={s.name: s for s in fleet_specs(3)}, standin_is_real=True,
+                           started_here=False)
+    return acquire(project_dir, config, say=say)
+
+
 def release(handle: FleetHandle, *, say: fleet.Say = fleet.quiet) -> bool:
     """Give this process's lease back; stop the fleet when no other lease holder is left and
     a test session had started it. Returns whether the fleet was stopped."""
