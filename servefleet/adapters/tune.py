@@ -311,7 +311,11 @@ def run_tune(tune: MeasuredTune, *, max_deploys: int, max_minutes: float | None,
 def _restore(tune: MeasuredTune, outcome: TuneOutcome, keep: Profile) -> None:
     """Put ``keep`` back on the node, gated (the control, or the winner with ``apply``);
     the control is benched again there, for the drift of the node between its runs."""
-    if tune.deployed_now in (None, keep.name):
+    try:
+        now: str | None = tune.serving()
+    except BenchRefused:  # ungated, locked or down: put the profile back whatever it says
+        now = None
+    if now == keep.name:
         outcome.serving = keep.name
     else:
         tune.say(f"deploy {keep.name} back (gated)")
