@@ -313,7 +313,7 @@ def _restore(tune: MeasuredTune, outcome: TuneOutcome, keep: Profile) -> None:
     the control is benched again there, for the drift of the node between its runs."""
     try:
         now: str | None = tune.serving()
-    except BenchRefused:  # ungated, locked or down: put the profile back whatever it says
+    except ServefleetError:  # ungated, locked, down or unreachable: put the profile back
         now = None
     if now == keep.name:
         outcome.serving = keep.name
