@@ -299,8 +299,11 @@ def test_bench_gateway_switch(sim_fleet: FleetHandle) -> None:
     # The floor: a leg without requests would pass for one without failures.
     assert all(requests >= 1 for requests, _ in legs.values()), legs
     assert legs["baseline"][1] == legs["drained: both to MTP (pulumi up)"][1] == 0, legs
-    windows = [re.search(r"answered in it, (\d+) by (\S+) \(aim: 0\)$", line) for line in
-               lines_matching(out, r"^      sim-spark-\d\.\S+ drained [\d.]+ s: ")]
+    windows = [re.search(r"answered in it, (\d+) through that route by (\S+) \(aim: 0\)$",
+                         line)
+               for line in lines_matching(out, r"^      sim-spark-\d\.\S+ drained from route "
+                                               r"\S+ [\d.]+ s: ")]
+    assert windows and all(windows), out
     assert {w[2].split(".")[0] for w in windows if w} == {"sim-spark-1", "sim-spark-2"}, out
     assert all(w and w[1] == "0" for w in windows), out
     assert lines_matching(out, r"^  failed: drained switch 0 of \d+, retries only \d+ of \d+$")
