@@ -10,7 +10,9 @@ One search, two runs: the first is interrupted by SIGINT once its first candidat
 sequences) is measured: it stops, puts the profile back, gated, and records what it
 measured. The second resumes from the record (the candidate is not measured again), spends
 its last deploy on 4 sequences, polls the refused points for free, and ends on the profile,
-gated, with the winner's overlay printed.
+gated, with the winner's overlay printed. Whether 4 sequences beat 2 is within this
+machine's noise when other tests share its two cores (seen once: 202.5 against 203.6 tok/s),
+so the test asserts what does not depend on it: more than one sequence wins.
 """
 
 from __future__ import annotations
@@ -113,21 +115,27 @@ def test_an_interrupted_search_resumes_and_ends_on_the_profile_gated(bed: Projec
     assert "resuming: 1 candidate(s) recorded by an earlier run" in err, err[-3000:]
     done = json.loads(out)
     by_point = {json.dumps(t["point"]): t for t in done["trials"]}
-    assert set(by_point) == {json.dumps(p) for p in (FIRST, WINNER, *REFUSED)}, by_point.keys()
-    # The rules refused the points below 4096 batched tokens: never deployed.
-    for point in REFUSED:
-        refused = by_point[json.dumps(point)]
+    # Both candidates the rules allow were measured, one in each run, the first not again.
+    assert done["deploys"] == 2, done["deploys"]
+    for point in (FIRST, WINNER):
+        measured = by_point[json.dumps(point)]
+        assert measured["status"] == "measured" and measured["deployed"], measured
+        assert measured["boot"].get("kv_cache_tokens"), measured["boot"]
+    # Every other point polled was refused by the rules (below 4096 batched tokens) for
+    # free; which of them were polled depends on whether 4 sequences beat 2 in this run.
+    others = [t for key, t in by_point.items() if key not in (json.dumps(FIRST),
+                                                              json.dumps(WINNER))]
+    assert json.dumps(REFUSED[0]) in by_point and json.dumps(REFUSED[1]) in by_point
+    for refused in others:
         assert refused["status"] == "refused" and not refused["deployed"], refused
         assert "max_num_batched_tokens" in refused["why"], refused["why"]
-    assert done["deploys"] == 2, done["deploys"]  # one per run; the first one's not again
-    # Four users against one, then two, at a time: each step wins outside the noise band.
+    # More sequences than one beat one at a time under four users, outside the noise band
+    # (whether 4 beat 2 is within this machine's noise under load: either may win).
     winner = done["winner"]
-    assert winner is not None and winner["point"] == WINNER, done["reason"]
-    assert winner["score"] > by_point[json.dumps(FIRST)]["score"] * 1.02
-    assert by_point[json.dumps(FIRST)]["score"] > done["control"]["score"] * 1.02
-    assert winner["boot"].get("kv_cache_tokens"), winner["boot"]
+    assert winner is not None and winner["point"] in (FIRST, WINNER), done["reason"]
+    assert winner["score"] > done["control"]["score"] * 1.02, (winner, done["control"])
     assert done["overlay"]["extends"] == SERIAL
-    assert done["overlay"]["vllm"] == {"max_num_seqs": 4, "max_num_batched_tokens": 4096}
+    assert done["overlay"]["vllm"] == dict(winner["point"]), done["overlay"]
     # The node ends on the profile, gated; every candidate's bench is in its history.
     assert done["serving"] == SERIAL and serving(bed) == SERIAL
     with connect(bed.nodes[NODE]) as transport:
