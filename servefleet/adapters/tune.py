@@ -195,6 +195,10 @@ class MeasuredTune:
                result.error or (mine.status if mine else "no result"))
         return False, why, mine
 
+    def candidate(self, point: Point) -> Profile:
+        """The control's profile with ``point``'s settings, under its candidate name."""
+        return apply_point(self.base, point, candidate_name(self.base.name, point))
+
     def refused(self, point: Point, error: ValidationFailed) -> Trial:
         """A point the rules refuse, with their first error."""
         lines = [line for line in str(error).splitlines() if line.strip()]
@@ -205,7 +209,7 @@ class MeasuredTune:
     def screen(self, point: Point) -> Trial | None:
         """The point refused by every validation rule (the KV planner's among them) before
         it costs a deploy, or ``None``."""
-        profile = apply_point(self.base, point, candidate_name(self.base.name, point))
+        profile = self.candidate(point)
         try:
             check_rules(self.project_with(profile))
         except ValidationFailed as error:
@@ -216,7 +220,7 @@ class MeasuredTune:
         """One candidate through the real path (module docstring, steps 2 and 3)."""
         if self.abort.requested:
             return Trial(point, "interrupted", why=f"interrupted by {self.abort.signal_name}")
-        profile = apply_point(self.base, point, candidate_name(self.base.name, point))
+        profile = self.candidate(point)
         self.say(f"candidate {label(point)}: deploy (gated)")
         try:
             passed, why, result = self.deploy(profile)
@@ -264,18 +268,19 @@ def run_tune(tune: MeasuredTune, *, max_deploys: int, max_minutes: float | None,
         tune.say(f"resuming: {len(known)} candidate(s) recorded by an earlier run")
     recorded: list[Trial] = list(known)
 
-    def evaluate(point: Point) -> Trial:
-        trial = tune.evaluate(point)
-        recorded.append(trial)
-        tune.state.save(recorded)
-        return trial
-
-    def screen(point: Point) -> Trial | None:
-        trial = tune.screen(point)
-        if trial is not None:
+    def record(trial: Trial | None) -> Trial | None:
+        if trial is not None:  # every trial on disk as it ends: a stopped search resumes
             recorded.append(trial)
             tune.state.save(recorded)
         return trial
+
+    def evaluate(point: Point) -> Trial:
+        trial = tune.evaluate(point)
+        record(trial)
+        return trial
+
+    def screen(point: Point) -> Trial | None:
+        return record(tune.screen(point))
 
     def stop() -> str | None:
         if tune.abort.requested:
@@ -319,8 +324,7 @@ def _restore(tune: MeasuredTune, outcome: TuneOutcome, keep: Profile) -> None:
         outcome.serving = keep.name
     else:
         tune.say(f"deploy {keep.name} back (gated)")
-        fresh = Abort()  # the search's abort may be tripped: the restore must still run
-        tune.abort = fresh
+        tune.abort = Abort()  # the search's may be tripped: the restore must still run
         passed, why, _ = tune.deploy(keep)
         if not passed:
             outcome.serving = None

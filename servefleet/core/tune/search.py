@@ -137,8 +137,8 @@ def _poll(point: Point, evaluate: Evaluate, screen: Screen, budget: Budget
 
 
 def compass_search(space: Space, control: Trial, evaluate: Evaluate, budget: Budget, *,
-                   known: Iterable[Trial] = (), drift: Callable[[], float] = lambda: 0.0,
-                   screen: Screen = _no_screen) -> tuple[list[Trial], str]:
+                   known: Iterable[Trial] = (), screen: Screen = _no_screen,
+                   ) -> tuple[list[Trial], str]:
     """The search of the module docstring from ``control`` (the profile as it is, measured
     already). ``known``: trials recorded by an earlier run of the same search (resumed: not
     measured again). Returns every trial, in the order made, and why the search ended."""
@@ -146,7 +146,7 @@ def compass_search(space: Space, control: Trial, evaluate: Evaluate, budget: Bud
     trials: list[Trial] = list(known)
     best = control
     for earlier in trials:  # a resumed search goes on from its best point so far
-        if earlier.status == "measured" and better(earlier, best, drift()):
+        if earlier.status == "measured" and better(earlier, best):
             best = earlier
     last: tuple[str, int] | None = None
     while True:
@@ -164,7 +164,7 @@ def compass_search(space: Space, control: Trial, evaluate: Evaluate, budget: Bud
             trials.append(trial)
             if trial.status == "interrupted":
                 return trials, trial.why or "interrupted"
-            if trial.status == "measured" and better(trial, best, drift()):
+            if trial.status == "measured" and better(trial, best):
                 best, last, moved = trial, (knob, step), True
                 break
         if not moved:
@@ -173,10 +173,8 @@ def compass_search(space: Space, control: Trial, evaluate: Evaluate, budget: Bud
 
 
 def grid(space: Space, control: Trial, evaluate: Evaluate, budget: Budget, *,
-         known: Iterable[Trial] = (), screen: Screen = _no_screen,
-         drift: Callable[[], float] = lambda: 0.0) -> tuple[list[Trial], str]:
+         known: Iterable[Trial] = (), screen: Screen = _no_screen) -> tuple[list[Trial], str]:
     """Every point of the lattice but the control, in grid order (vLLM's auto_tune way)."""
-    del drift  # a grid measures every point whatever the band
     done = {t.point: t for t in known}
     trials: list[Trial] = list(known)
     for point in space.points():
