@@ -20,13 +20,17 @@ STATE_DIR = Path(".servefleet") / "tune"
 
 
 def parse_values(items: tuple[str, ...]) -> dict[str, list[Any]]:
-    """``--values max_num_seqs=4,8,16`` (repeatable) as knob → values."""
+    """``--values max_num_seqs=4,8,16`` (repeatable) as knob → values (numbers; names for
+    ``kv_cache_dtype``)."""
     values: dict[str, list[Any]] = {}
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or not text.strip():
             raise click.BadParameter(f"{item!r}: write KNOB=V1,V2,… (e.g. max_num_seqs=4,8,16)",
                                      param_hint="--values")
+        if name.strip() == "kv_cache_dtype":
+            values[name.strip()] = [v.strip() for v in text.split(",")]
+            continue
         try:
             values[name.strip()] = [float(v) if "." in v else int(v) for v in text.split(",")]
         except ValueError:

@@ -14,7 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tune(*args: str):
-    return CliRunner().invoke(build_cli(), ["--project", str(ROOT), "tune", *args])
+    # The reference stack by name: the default one can be the simulated fleet's, whose
+    # nodes exist only while `sim up` has run.
+    return CliRunner().invoke(build_cli(), ["--project", str(ROOT), "--stack", "reference",
+                                            "tune", *args])
 
 
 def test_tune_prints_an_overlay_reaching_the_target():

@@ -11,14 +11,19 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
-from typing import Any
+from typing import Any, get_args
 
 from servefleet.core.engines.vllm import vllm_settings
 from servefleet.core.models import Profile
+from servefleet.core.models.profile import KvCacheDtype
 
 KNOBS = ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-         "num_speculative_tokens")
+         "num_speculative_tokens", "kv_cache_dtype")
 """The settings a tune may search, in the order the search tries them."""
+
+KV_DTYPE_STEPS = ("auto", "fp8_e4m3")
+"""The KV-cache dtypes searched around a profile that sets one, largest element first (one
+step up halves the bytes a token's KV takes on a 16-bit model: more sequences fit)."""
 
 Point = tuple[tuple[str, Any], ...]
 """One candidate: ``(knob, value)`` pairs in :data:`KNOBS` order (hashable, for records)."""
@@ -97,7 +102,9 @@ def default_space(profile: Profile, only: Sequence[str] | None = None,
                   values: Mapping[str, Sequence[Any]] | None = None) -> Space:
     """The lattice around ``profile``'s settings: ``max_num_seqs`` and
     ``max_num_batched_tokens`` halved and doubled, ``gpu_memory_utilization`` ±0.05 (on a
-    GPU profile that sets it), the speculative tokens ±1 (on a profile that drafts).
+    GPU profile that sets it), the speculative tokens ±1 (on a profile that drafts), the KV
+    dtype (on a profile that sets one: its own, and ``auto`` or ``fp8_e4m3``, whichever it
+    is not, as :data:`KV_DTYPE_STEPS` orders them).
     ``only`` keeps those knobs; ``values`` replaces a knob's values (the profile's own
     value is added when missing, so the control is always a point)."""
     settings = vllm_settings(profile)
@@ -118,11 +125,16 @@ def default_space(profile: Profile, only: Sequence[str] | None = None,
         n = spec.num_speculative_tokens
         origin["num_speculative_tokens"] = n
         knobs["num_speculative_tokens"] = tuple(v for v in (n - 1, n, n + 1) if 1 <= v <= 16)
+    kv = settings.kv_cache_dtype
+    if kv is not None:
+        origin["kv_cache_dtype"] = kv
+        knobs["kv_cache_dtype"] = _kv_steps(kv)
     for name, given in (values or {}).items():
         if name not in knobs:
             raise ValueError(f"{name}: not a knob of this profile (it has: "
                              f"{', '.join(knobs)})")
-        knobs[name] = tuple(sorted({*given, origin[name]}))
+        knobs[name] = (_kv_steps(origin[name], given) if name == "kv_cache_dtype"
+                       else tuple(sorted({*given, origin[name]})))
     chosen = [k for k in KNOBS if k in knobs and (not only or k in only)]
     if only:
         unknown = [k for k in only if k not in knobs]
@@ -133,10 +145,23 @@ def default_space(profile: Profile, only: Sequence[str] | None = None,
                  tuple((k, origin[k]) for k in chosen))
 
 
+def _kv_steps(own: str, given: Sequence[Any] = ()) -> tuple[str, ...]:
+    """KV dtypes in :data:`KV_DTYPE_STEPS` order (others after them, as given), the
+    profile's own always among them; a ``ValueError`` for a name vLLM does not take."""
+    unknown = [str(d) for d in given if str(d) not in get_args(KvCacheDtype)]
+    if unknown:
+        raise ValueError(f"kv_cache_dtype {', '.join(unknown)}: not a KV-cache dtype (one of "
+                         f"{', '.join(get_args(KvCacheDtype))})")
+    wanted = {own, *map(str, given)} if given else {own, *KV_DTYPE_STEPS}
+    known = [d for d in KV_DTYPE_STEPS if d in wanted]
+    return tuple(known + [d for d in dict.fromkeys([own, *map(str, given)]) if d not in known])
+
+
 def label(point: Point) -> str:
     """``seqs=32 batched=16384 …``: a point in a table's width."""
     short = {"max_num_seqs": "seqs", "max_num_batched_tokens": "batched",
-             "gpu_memory_utilization": "util", "num_speculative_tokens": "spec"}
+             "gpu_memory_utilization": "util", "num_speculative_tokens": "spec",
+             "kv_cache_dtype": "kv"}
     return " ".join(f"{short[k]}={v}" for k, v in point)
 
 
