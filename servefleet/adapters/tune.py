@@ -16,6 +16,10 @@
 
 SIGINT/SIGTERM stop the search after the step under way (a deploy ends restored or gated,
 a bench's remote command stops) and the control is put back, gated.
+
+Where the stack's gateway routes to the deployment, :func:`drained_search` takes it out of
+rotation for the whole search (no user request meets a candidate, and none shares the node
+with the bench) and re-admits it once the node serves a gated profile again.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from servefleet.adapters.bench.session import (
     bench_target,
     run_bench,
 )
+from servefleet.adapters.gateway.follow import GatewayFollow
 from servefleet.adapters.rollout import Abort, ProgressEvent, check_rules, deploy_node
 from servefleet.adapters.runtime import Transport, connect
 from servefleet.core.bench.record import BenchRecord
@@ -310,6 +315,31 @@ def run_tune(tune: MeasuredTune, *, max_deploys: int, max_minutes: float | None,
         again = outcome.control_again.figures.get(THROUGHPUT, first)
         outcome.drift = abs(again - first) / first
         outcome.verdict = verdict(control, outcome.trials, outcome.drift)
+    return outcome
+
+
+def drained_search(gateway: GatewayFollow | None, node: str, deployment: str,
+                   say: Callable[[str], None],
+                   search: Callable[[], TuneOutcome]) -> TuneOutcome:
+    """Run ``search`` with the deployment drained in the stack's gateway (``None``: the stack
+    has none); re-admit it when the search leaves it serving a gated profile, else leave it
+    out of rotation and say so. A route it is the last engine of is refused by the drain
+    (:class:`~servefleet.adapters.gateway.follow.OutageRefused`) unless the gateway allows
+    the outage."""
+    if gateway is None:
+        return search()
+    gateway.drain(node, deployment, say)
+    kept_out = (f"gateway: {node}/{deployment} stays out of rotation; a rollout of it that "
+                f"passes its gate (`servefleet deploy {node}`) re-admits it")
+    try:
+        outcome = search()
+    except BaseException:
+        say(kept_out)
+        raise
+    if outcome.serving is None:
+        say(kept_out)
+    else:
+        gateway.readmit(node, deployment, say)
     return outcome
 
 

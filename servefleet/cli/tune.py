@@ -45,9 +45,12 @@ if TYPE_CHECKING:
                                             "and write its overlay under profiles/.")
 @click.option("--knobs", help="With --measure: the settings to search, comma-separated "
                               "(max_num_seqs, max_num_batched_tokens, gpu_memory_utilization, "
-                              "num_speculative_tokens).")
+                              "num_speculative_tokens, kv_cache_dtype).")
 @click.option("--values", multiple=True, help="With --measure: KNOB=V1,V2,… (repeatable): "
                                               "the values searched for a knob.")
+@click.option("--allow-outage", is_flag=True,
+              help="With --measure: tune the last engine of a gateway route (its requests "
+                   "fail while the search has it drained).")
 @click.option("--json", "as_json", is_flag=True, help="With --measure: the outcome as JSON.")
 @click.pass_obj
 def tune_command(obj: CliContext, profile_name: str, node_name: str,
@@ -55,7 +58,7 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
                  measure: bool, deployment: str | None, scenarios_path: str | None,
                  only: str | None, slo_text: str | None, max_deploys: int | None,
                  max_minutes: float | None, grid: bool, apply: bool, knobs: str | None,
-                 values: tuple[str, ...], as_json: bool) -> None:
+                 values: tuple[str, ...], allow_outage: bool, as_json: bool) -> None:
     """Print a profile overlay (extends PROFILE) with the gpu_memory_utilization that reaches
     the target on NODE, with the prediction it rests on; with --measure, search the serving
     settings on NODE itself and print the winner's overlay."""
@@ -69,7 +72,8 @@ def tune_command(obj: CliContext, profile_name: str, node_name: str,
         run_measured(obj, profile_name, node_name, deployment=deployment,
                      scenarios_path=scenarios_path, only=only, slo_text=slo_text,
                      max_deploys=max_deploys, max_minutes=max_minutes, grid=grid,
-                     apply=apply, knobs=knobs, values=values, as_json=as_json)
+                     apply=apply, knobs=knobs, values=values, as_json=as_json,
+                     allow_outage=allow_outage)
         return
 
     from servefleet.core.engines import engine_of

@@ -43,12 +43,19 @@ def run_measured(obj: CliContext, profile_name: str, node_name: str, *,
                  deployment: str | None, scenarios_path: str | None, only: str | None,
                  slo_text: str | None, max_deploys: int | None, max_minutes: float | None,
                  grid: bool, apply: bool, knobs: str | None, values: tuple[str, ...],
-                 as_json: bool) -> None:
+                 as_json: bool, allow_outage: bool = False) -> None:
     """The measured tune: search, table, verdict and the winner's overlay."""
     import yaml
 
     from servefleet.adapters.bench.session import BenchProgress, BenchRefused
-    from servefleet.adapters.tune import MeasuredTune, StateFile, candidate_name, run_tune
+    from servefleet.adapters.gateway.follow import OutageRefused, following_gateway
+    from servefleet.adapters.tune import (
+        MeasuredTune,
+        StateFile,
+        candidate_name,
+        drained_search,
+        run_tune,
+    )
     from servefleet.cli.bench import EXIT_REFUSED, _scenarios
     from servefleet.cli.rollout_common import (
         console,
@@ -58,6 +65,7 @@ def run_measured(obj: CliContext, profile_name: str, node_name: str, *,
     )
     from servefleet.core.errors import ConfigError
     from servefleet.core.project import load_project
+    from servefleet.core.secrets import SecretMask
     from servefleet.core.suggest import unknown_name
     from servefleet.core.tune.report import table
     from servefleet.core.tune.slo import parse_slo
@@ -117,9 +125,12 @@ def run_measured(obj: CliContext, profile_name: str, node_name: str, *,
     tune = MeasuredTune(project, node_name, dep, space, slo, scenarios, secrets, state,
                         token_hex(6), say, progress)
     try:
-        outcome = run_tune(tune, max_deploys=budget, max_minutes=max_minutes,
-                           method="grid" if grid else "search", apply=apply)
-    except BenchRefused as error:  # the control cannot be measured: nothing was deployed
+        with following_gateway(project, allow_outage=allow_outage,
+                               mask=SecretMask.from_mapping(secrets)) as gateway:
+            outcome = drained_search(gateway, node_name, dep, say, lambda: run_tune(
+                tune, max_deploys=budget, max_minutes=max_minutes,
+                method="grid" if grid else "search", apply=apply))
+    except (BenchRefused, OutageRefused) as error:  # nothing was deployed
         click.echo(f"refused: {error}", err=True)
         sys.exit(EXIT_REFUSED)
     assert outcome.verdict is not None
