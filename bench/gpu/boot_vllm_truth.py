@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from processor_files import write_processor_files
 from truth_models import MAX_MODEL_LEN, MODELS, VARIANTS
 
 PORT = 18200
@@ -73,8 +74,14 @@ def boot(name: str, work: Path, out: Path, timeout: float, port: int = PORT,
     config = ((config_dir / f"{name}.config.json").read_text() if config_dir is not None
               else json.dumps(MODELS[model](), indent=1) + "\n")
     (folder / "config.json").write_text(config)
+    # A vision-language model's encoder is profiled with an item its processor builds: it
+    # gets a processor and a tokenizer; every other model boots without a tokenizer.
+    multimodal = "vision_config" in json.loads(config)
+    if multimodal:
+        write_processor_files(folder)
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(folder),
-            "--served-model-name", name, "--load-format", "dummy", "--skip-tokenizer-init",
+            "--served-model-name", name, "--load-format", "dummy",
+            *(() if multimodal else ("--skip-tokenizer-init",)),
             "--max-model-len", str(MAX_MODEL_LEN), *extra,
             "--host", "127.0.0.1", "--port", str(port)]
     started = time.monotonic()

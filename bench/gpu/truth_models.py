@@ -11,7 +11,9 @@ RTX 5090, :mod:`servefleet.core.kvplan.reserve`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 MAX_MODEL_LEN = 32768
@@ -181,6 +183,19 @@ def mistral_nemo_12b() -> dict[str, Any]:
     }
 
 
+CONFIGS = Path(__file__).resolve().parent / "configs"
+"""Published ``config.json`` files, verbatim where the source had the whole file (each one's
+source in ``configs/README.md``)."""
+
+
+def _published(name: str) -> Callable[[], dict[str, Any]]:
+    def config() -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads((CONFIGS / f"{name}.config.json").read_text())
+        return loaded
+    config.__doc__ = f"``configs/{name}.config.json``."
+    return config
+
+
 MODELS: dict[str, Callable[[], dict[str, Any]]] = {
     "qwen36-text-next": qwen36_text_as_next,
     "qwen3-30b-a3b": qwen3_30b_a3b,
@@ -191,6 +206,13 @@ MODELS: dict[str, Callable[[], dict[str, Any]]] = {
     "deepseek-v2-lite": deepseek_v2_lite,
     "mixtral-8x7b": mixtral_8x7b,
     "mistral-nemo-12b": mistral_nemo_12b,
+    # Mamba-2 hybrids (NemotronH: the layout is hybrid_override_pattern) and vision-language
+    # models (Qwen3-VL: the encoder is profiled on the V1 runner, the MoE one).
+    "nemotron-nano-9b-v2": _published("nemotron-nano-9b-v2"),
+    "nemotron-3-nano-30b-a3b": _published("nemotron-3-nano-30b-a3b"),
+    "nemotron-h-8b": _published("nemotron-h-8b"),
+    "qwen3-vl-30b-a3b": _published("qwen3-vl-30b-a3b"),
+    "qwen3-vl-8b": _published("qwen3-vl-8b"),
 }
 """Boot order: the reference fleet's own model first, the least certain to boot last."""
 
@@ -206,6 +228,11 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "qwen3-30b-a3b-b16k": ("qwen3-30b-a3b", ("--max-num-batched-tokens", "16384")),
     "gemma3-27b-text-s64": ("gemma3-27b-text", ("--max-num-seqs", "64")),
     "llama31-8b-b16k": ("llama31-8b", ("--max-num-batched-tokens", "16384")),
+    "nemotron-nano-9b-v2-u60-s64": ("nemotron-nano-9b-v2", (
+        "--gpu-memory-utilization", "0.60", "--max-num-seqs", "64")),
+    "nemotron-h-8b-8k": ("nemotron-h-8b", ("--max-model-len", "8192")),
+    # The same checkpoint without its vision tower: the encoder's share of the budget.
+    "qwen3-vl-30b-a3b-text": ("qwen3-vl-30b-a3b", ("--language-model-only",)),
 }
 """Boots of a model of :data:`MODELS` with settings other than vLLM's defaults: name →
 (model, extra ``vllm serve`` arguments)."""
