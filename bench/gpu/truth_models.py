@@ -233,6 +233,8 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "nemotron-h-8b-8k": ("nemotron-h-8b", ("--max-model-len", "8192")),
     # The same checkpoint without its vision tower: the encoder's share of the budget.
     "qwen3-vl-30b-a3b-text": ("qwen3-vl-30b-a3b", ("--language-model-only",)),
+    # Fewer sequences: a smaller sampler peak, under which the encoder's own peak shows.
+    "qwen3-vl-30b-a3b-s64": ("qwen3-vl-30b-a3b", ("--max-num-seqs", "64")),
 }
 """Boots of a model of :data:`MODELS` with settings other than vLLM's defaults: name →
 (model, extra ``vllm serve`` arguments)."""

@@ -79,6 +79,20 @@ BOOTS = (
          (("max_num_batched_tokens", 16384),)),
     Boot("mixtral-8x7b", 87.0, 38.97, 319_264, 9.74),
     Boot("mistral-nemo-12b", 23.06, 103.93, 681_104, 20.79),
+    # Booted after the Mamba-2 layout was read from the 0.26.0 wheel and before the planner
+    # modelled it (Nemotron-H), and vision-language models with and without their encoder.
+    Boot("nemotron-nano-9b-v2", 16.58, 109.31, 5_591_040, 170.62),
+    Boot("nemotron-nano-9b-v2-u60-s64", 16.58, 65.63, 3_356_672, 102.44, "nemotron-nano-9b-v2",
+         (("gpu_memory_utilization", 0.60), ("max_num_seqs", 64))),
+    Boot("nemotron-h-8b-8k", 15.11, 110.8, 4_085_467, 498.71, "nemotron-h-8b",
+         max_model_len=8192),
+    Boot("nemotron-3-nano-30b-a3b", 58.92, 66.43, 9_075_097, 276.95),
+    Boot("qwen3-vl-8b", 16.79, 110.82, 806_992, 24.63),
+    Boot("qwen3-vl-30b-a3b", 58.24, 66.38, 725_088, 22.13),
+    Boot("qwen3-vl-30b-a3b-text", 57.12, 67.94, 742_048, 22.65, "qwen3-vl-30b-a3b",
+         (("language_model_only", True),)),
+    Boot("qwen3-vl-30b-a3b-s64", 58.24, 67.85, 741_072, 22.62, "qwen3-vl-30b-a3b",
+         (("max_num_seqs", 64),)),
 )
 
 def _node(name: str, gpu: str, memory: float, cc: str, **more: object) -> Node:

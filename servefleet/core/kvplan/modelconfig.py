@@ -50,6 +50,49 @@ class GdnFacts:
     """Bytes of the temporal state (``mamba_ssm_dtype``; float32 in Qwen3.5/3.6)."""
 
 
+@dataclass(frozen=True)
+class Mamba2Facts:
+    """Mamba-2 layer shapes as vLLM sizes their state (``MambaStateShapeCalculator.
+    mamba2_state_shape``, from NemotronH's ``get_mamba_state_shape_from_config`` in the
+    0.26.0 wheel): a conv state of ``(num_heads × head_dim + 2 × n_groups × state_size)``
+    channels × ``conv_kernel − 1`` (+ drafts) in the model dtype, and an SSM state of
+    ``num_heads × head_dim × state_size`` in :attr:`ssm_dtype_bytes`."""
+
+    num_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    ssm_dtype_bytes: int
+    """``mamba_ssm_cache_dtype`` of the config, else float32: NemotronH's config hook
+    (``NemotronHForCausalLMConfig``: "Updating mamba_ssm_cache_dtype to 'float32' for
+    NemotronH model", as the real 0.26.0 boots print)."""
+    chunk_size: int = 128
+    """The Mamba-2 chunk (``chunk_size``): with prefix caching the attention block is a
+    multiple of it (mode ``all``)."""
+
+
+@dataclass(frozen=True)
+class VisionFacts:
+    """A Qwen3-VL-style vision tower (``Qwen3_VisionTransformer``: Qwen3-VL, Qwen3.5/3.6), as
+    vLLM's V1 runner profiles it (:mod:`servefleet.core.kvplan.reserve`)."""
+
+    patch_size: int
+    merge_size: int
+    """``spatial_merge_size``: a token merges ``merge_size²`` patches."""
+    input_channels: int
+    """Values per patch: ``in_channels × temporal_patch_size × patch_size²``."""
+    hidden_size: int
+    intermediate_size: int
+    out_hidden_size: int
+    deepstack_layers: int
+    """``deepstack_visual_indexes``: each adds an ``out_hidden_size`` output per token."""
+
+
+VISION_MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
+"""Checkpoints whose vision tower :class:`VisionFacts` describes."""
+
+
 KV_FP8 = "fp8_e4m3"
 """vLLM's cache dtype for a checkpoint that declares an FP8 KV cache
 (``MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP``: ``fp8`` → ``fp8_e4m3``)."""
@@ -121,6 +164,12 @@ class ModelFacts:
     vocab_size: int = 0
     """Rows of the output projection (``vocab_size``): vLLM's V1 runner profiles a sampler run
     over that many logits per sequence (:mod:`servefleet.core.kvplan.reserve`). 0: unknown."""
+    vision: VisionFacts | None = None
+    """The vision tower, where the planner models its profiling (:data:`VISION_MODEL_TYPES`);
+    :attr:`encoders` names every encoder, modelled or not."""
+    mamba2: Mamba2Facts | None = None
+    """Mamba-2 state layers (Nemotron-H) in place of Gated-DeltaNet ones: :attr:`linear_layers`
+    counts them."""
     moe: bool = False
     """Mixture-of-experts MLPs (``num_experts``/``num_local_experts``/``n_routed_experts``):
     vLLM keeps most such models on its V1 model runner
@@ -128,8 +177,13 @@ class ModelFacts:
 
     @property
     def hybrid(self) -> bool:
-        """Attention plus linear-attention state layers."""
-        return self.linear_layers > 0 and self.gdn is not None
+        """Attention plus state layers (Gated DeltaNet or Mamba-2)."""
+        return self.linear_layers > 0 and (self.gdn is not None or self.mamba2 is not None)
+
+    @property
+    def state_kind(self) -> str:
+        """What the state layers are, for messages."""
+        return "Mamba-2" if self.mamba2 is not None else "GDN"
 
     @property
     def sliding(self) -> bool:
@@ -170,15 +224,16 @@ def _refuse(source: str, field: str, value: Any, reason: str) -> ConfigError:
 
 def _check_modelled(text: dict[str, Any], source: str) -> None:
     """Refuse what the planner does not model (see the module docstring)."""
+    if nemotron_h(text):
+        _check_nemotron_h(text, source)
+        return
     pattern = text.get("hybrid_override_pattern")
     if isinstance(pattern, str):
         raise _refuse(source, "hybrid_override_pattern", pattern, (
-            f"a Mamba-2 hybrid (Nemotron-H: {pattern.count('M')} Mamba layers 'M', "
-            f"{pattern.count('*')} attention layers '*'); vLLM keeps a Mamba-2 state "
-            "(MambaSpec: conv + SSM state from mamba_num_heads, mamba_head_dim, "
-            "ssm_state_size, n_groups) per Mamba layer, which the KV planner does not model "
-            "(it models Gated-DeltaNet hybrids only), so planning it as num_hidden_layers "
-            "attention layers would be wrong"))
+            f"a Mamba-2 hybrid layout ({pattern.count('M')} Mamba layers 'M', "
+            f"{pattern.count('*')} attention layers '*') outside Nemotron-H "
+            f"(model_type {text.get('model_type')!r}); vLLM's state shapes differ per "
+            "architecture, and the KV planner models Nemotron-H's and Gated-DeltaNet's"))
     for key in MAMBA_LAYOUT_KEYS[1:]:
         if text.get(key) is not None:
             raise _refuse(source, key, text[key], (
@@ -237,6 +292,77 @@ def _check_modelled(text: dict[str, Any], source: str) -> None:
         raise _refuse(source, "sliding_window", window, _SLIDING + (
             f" (use_sliding_window is {text.get('use_sliding_window')!r}, not false; "
             f"no layer_types{',' + pattern_note if pattern_note else ''})"))
+
+
+NEMOTRON_H_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe",
+                    "mamba": "mamba", "linear_attention": "mamba", "attention": "attention",
+                    "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
+"""Nemotron-H's layer kinds: ``hybrid_override_pattern`` letters, and the words of
+``layers_block_type`` (older configs: ``mamba``/``attention``; transformers 5's re-saved
+ones: ``linear_attention``/``full_attention``, which here are Mamba-2 layers, not
+Gated DeltaNet). MLP and MoE layers hold no cache."""
+
+
+def nemotron_h(text: dict[str, Any]) -> bool:
+    """Whether ``text`` is a Nemotron-H config (``model_type`` or its layout key)."""
+    return text.get("model_type") == "nemotron_h" or (
+        isinstance(text.get("hybrid_override_pattern"), str)
+        and "mamba_num_heads" in text)
+
+
+def _nemotron_h_kinds(text: dict[str, Any], source: str) -> list[str]:
+    """The kind of every layer of a Nemotron-H config, refused where a letter or word is
+    not one of :data:`NEMOTRON_H_KINDS`."""
+    pattern = text.get("hybrid_override_pattern")
+    field, items = (("hybrid_override_pattern", list(pattern)) if isinstance(pattern, str)
+                    else ("layers_block_type", text.get("layers_block_type")))
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{source}: a Nemotron-H config without hybrid_override_pattern or "
+                          "layers_block_type: use the checkpoint's own config.json")
+    unknown = sorted({str(k) for k in items if str(k) not in NEMOTRON_H_KINDS})
+    if unknown:
+        raise _refuse(source, field, unknown, (
+            "Nemotron-H layer kinds the KV planner does not know (it knows M, *, -, E and "
+            f"{', '.join(sorted(k for k in NEMOTRON_H_KINDS if len(k) > 1))})"))
+    return [NEMOTRON_H_KINDS[str(k)] for k in items]
+
+
+def _check_nemotron_h(text: dict[str, Any], source: str) -> None:
+    """Refuse the Nemotron-H variants vLLM sizes differently (see the module docstring)."""
+    _nemotron_h_kinds(text, source)
+    window = text.get("sliding_window")
+    if window is not None:
+        raise _refuse(source, "sliding_window", window, (
+            "a Nemotron-H config with a sliding window makes every attention layer a "
+            "sliding-window one beside the Mamba-2 layers, which the KV planner does not model"))
+    mtp = text.get("num_nextn_predict_layers")
+    if isinstance(mtp, int) and mtp > 0:
+        raise _refuse(source, "num_nextn_predict_layers", mtp, (
+            "Nemotron-H's MTP layer adds draft columns to every Mamba-2 state and its own "
+            "attention layer (nemotron_h_mtp), which the KV planner does not model"))
+    if text.get("block_configs") is not None:
+        raise _refuse(source, "block_configs", "…", (
+            "a heterogeneous Nemotron-H (per-layer shapes), which the KV planner does not "
+            "model"))
+
+
+def _mamba2(text: dict[str, Any], source: str) -> Mamba2Facts:
+    """The Mamba-2 shapes of a Nemotron-H config (``n_groups``/``mamba_n_groups``,
+    ``conv_kernel``/``mamba_d_conv``: transformers maps the older names)."""
+    def first(*keys: str) -> int:
+        for key in keys:
+            if key in text:
+                return _int(text, key, source)
+        return _int(text, keys[0], source)
+
+    ssm = str(text.get("mamba_ssm_cache_dtype") or "float32")
+    return Mamba2Facts(
+        num_heads=first("mamba_num_heads"), head_dim=first("mamba_head_dim"),
+        state_size=first("ssm_state_size", "mamba_d_state"),
+        n_groups=first("n_groups", "mamba_n_groups"),
+        conv_kernel=first("conv_kernel", "mamba_d_conv"),
+        ssm_dtype_bytes=DTYPE_BYTES.get(ssm, 4),
+        chunk_size=int(text.get("chunk_size") or text.get("mamba_chunk_size") or 128))
 
 
 PER_TYPE_HEAD_KEYS = ("global_head_dim", "num_global_key_value_heads", "attention_k_eq_v")
@@ -322,13 +448,22 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
     _check_modelled(text, source)
     if text is not config:
         _check_modelled(config, source)
-    layers = _int(text, "num_hidden_layers", source)
-    types = text.get("layer_types")
+    mamba2 = None
+    if nemotron_h(text):
+        kinds = _nemotron_h_kinds(text, source)
+        layers = len(kinds)
+        types = None
+        mamba2 = _mamba2(text, source)
+    else:
+        layers = _int(text, "num_hidden_layers", source)
+        types = text.get("layer_types")
     sliding = 0
-    if not (isinstance(types, list) and types) and (pattern := _gemma3_pattern(text)):
+    if mamba2 is not None:
+        full, linear = kinds.count("attention"), kinds.count("mamba")
+    elif not (isinstance(types, list) and types) and (pattern := _gemma3_pattern(text)):
         types = ["sliding_attention" if (i + 1) % pattern else "full_attention"
                  for i in range(layers)]
-    if isinstance(types, list) and types:
+    if mamba2 is None and isinstance(types, list) and types:
         if len(types) != layers:
             raise ConfigError(f"{source}: layer_types has {len(types)} entries but "
                               f"num_hidden_layers is {layers}; fix the config")
@@ -353,15 +488,19 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
             raise _refuse(source, "sliding_window", window, (
                 f"{sliding} of {layers} layers are sliding_attention but the window is not "
                 "a positive integer; use the checkpoint's own config.json"))
-    elif "full_attention_interval" in text and "linear_num_value_heads" in text:
+    elif mamba2 is None and "full_attention_interval" in text \
+            and "linear_num_value_heads" in text:
         interval = _int(text, "full_attention_interval", source)
         full = sum(1 for i in range(layers) if (i + 1) % interval == 0)
         linear = layers - full
-    else:
+    elif mamba2 is None:
         full, linear = layers, 0
     heads = _int(text, "num_attention_heads", source)
     kv_heads = int(text.get("num_key_value_heads") or heads)
-    head_dim = int(text.get("head_dim") or _int(text, "hidden_size", source) // heads)
+    if mamba2 is not None:  # transformers' NemotronHConfig: head_dim 128 when unset
+        head_dim = int(text.get("head_dim") or text.get("attention_head_dim") or 128)
+    else:
+        head_dim = int(text.get("head_dim") or _int(text, "hidden_size", source) // heads)
     mla = text.get("kv_lora_rank") is not None
     if mla:
         kv_heads = 1
@@ -369,7 +508,7 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
     dtype = str(text.get("dtype") or text.get("torch_dtype") or config.get("torch_dtype")
                 or "bfloat16")
     gdn = None
-    if linear:
+    if linear and mamba2 is None:
         ssm = str(text.get("mamba_ssm_dtype") or dtype)
         gdn = GdnFacts(
             num_k_heads=_int(text, "linear_num_key_heads", source),
@@ -388,7 +527,7 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
             text, DTYPE_BYTES.get(dtype, 2)),
         source=source, full_attention_layers=full, linear_layers=linear,
         num_kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=DTYPE_BYTES.get(dtype, 2),
-        gdn=gdn, mtp_layers=int(text.get("mtp_num_hidden_layers")
+        gdn=gdn, mamba2=mamba2, mtp_layers=int(text.get("mtp_num_hidden_layers")
                                 or text.get("num_nextn_predict_layers") or 0),
         mla=mla, architectures=tuple(str(a) for a in config.get("architectures") or ()),
         max_position_embeddings=max_pos if isinstance(max_pos, int) else None,
@@ -397,7 +536,30 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
         moe=num_experts(text) > 0,
         vocab_size=_vocab(text),
         encoders=tuple(key for key in ENCODER_KEYS if isinstance(config.get(key), dict)),
+        vision=_vision(config, text, source),
     )
+
+
+def _vision(config: dict[str, Any], text: dict[str, Any], source: str) -> VisionFacts | None:
+    """:class:`VisionFacts` of a Qwen3-VL-style checkpoint (its ``vision_config``; the merger
+    projects to the text model's ``hidden_size`` when ``out_hidden_size`` is absent);
+    ``None`` where a width is missing: the encoder is then not modelled, and said so."""
+    vision = config.get("vision_config")
+    if config.get("model_type") not in VISION_MODEL_TYPES or not isinstance(vision, dict):
+        return None
+    widths = [w for w in (vision.get("hidden_size"), vision.get("intermediate_size"),
+                          vision.get("out_hidden_size") or text.get("hidden_size"))
+              if isinstance(w, int) and not isinstance(w, bool) and w > 0]
+    if len(widths) < 3:
+        return None
+    patch = int(vision.get("patch_size") or 16)
+    deepstack = vision.get("deepstack_visual_indexes") or []
+    return VisionFacts(
+        patch_size=patch, merge_size=int(vision.get("spatial_merge_size") or 2),
+        input_channels=int(vision.get("in_channels") or 3)
+        * int(vision.get("temporal_patch_size") or 2) * patch * patch,
+        hidden_size=widths[0], intermediate_size=widths[1], out_hidden_size=widths[2],
+        deepstack_layers=len(deepstack) if isinstance(deepstack, list) else 0)
 
 
 ENCODER_KEYS = ("vision_config", "audio_config")
@@ -444,9 +606,10 @@ def _shared_expert_width(text: dict[str, Any], moe: int) -> int:
     ``shared_expert_intermediate_size`` (Qwen2/Qwen3-Next MoE), else the count of shared
     experts (``n_shared_experts``: DeepSeek; ``moe_num_shared_experts``: ERNIE) × the
     expert width."""
-    width = text.get("shared_expert_intermediate_size")
-    if isinstance(width, int) and not isinstance(width, bool):
-        return max(width, 0)
+    for key in ("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"):
+        width = text.get(key)
+        if isinstance(width, int) and not isinstance(width, bool):
+            return max(width, 0)
     count = text.get("n_shared_experts") or text.get("moe_num_shared_experts") or 0
     return count * moe if isinstance(count, int) and not isinstance(count, bool) else 0
 
@@ -467,12 +630,33 @@ def _activation_bytes(text: dict[str, Any], dtype_bytes: int) -> int:
         text.get("intermediate_size") if num_experts(text) else None)
     if isinstance(moe, list) and moe:
         moe = moe[0]
+    # A gated MLP (SiLU/GELU) writes 2 × width for gate and up, then width for the product;
+    # Nemotron-H's squared ReLU (relu2) has no gate: width, then width.
+    gated = 2 if (text.get("mlp_hidden_act") or text.get("hidden_act")) == "relu2" else 3
     if isinstance(top_k, int) and isinstance(moe, int):
-        mlp = top_k * 3 * moe + 3 * _shared_expert_width(text, moe)
+        mlp = top_k * gated * moe + gated * _shared_expert_width(text, moe)
     else:
         dense = text.get("intermediate_size")
-        mlp = 3 * dense if isinstance(dense, int) else 0
+        mlp = gated * dense if isinstance(dense, int) else 0
+        # A dense Mamba-2 hybrid's widest layer can be the mixer: its in_proj output
+        # (z, x, B, C and dt), the conv output (x, B, C) and y, per token (the 0.26.0 H200
+        # boot of Nemotron-Nano-9B-v2's shapes at 64 sequences: 1.28 GiB printed, 0.96 with
+        # the mixer, 0.75 with the MLP alone).
+        mlp = max(mlp, _mamba2_mixer_width(text))
     return dtype_bytes * mlp + _hidden_activation_bytes(text, dtype_bytes)
+
+
+def _mamba2_mixer_width(text: dict[str, Any]) -> int:
+    """Elements per token a Nemotron-H Mamba-2 mixer holds at once (0: not Nemotron-H)."""
+    if not nemotron_h(text):
+        return 0
+    values = [text.get(k) for k in ("mamba_num_heads", "mamba_head_dim", "ssm_state_size")]
+    groups = text.get("n_groups") or text.get("mamba_n_groups")
+    if not all(isinstance(v, int) for v in (*values, groups)):
+        return 0
+    heads, head_dim, state = (int(v) for v in values)  # type: ignore[arg-type]
+    inner, bc = heads * head_dim, 2 * int(groups) * state  # type: ignore[arg-type]
+    return (2 * inner + bc + heads) + (inner + bc) + inner
 
 
 def read_pinned(profiles_dir: Path, file: str) -> tuple[bytes, str]:

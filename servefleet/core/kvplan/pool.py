@@ -24,6 +24,7 @@ one group, the dense pool.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from servefleet.core.errors import ConfigError
@@ -129,7 +130,16 @@ def _mla_bytes_per_token_layer(facts: ModelFacts, dtype: str) -> int:
 
 
 def state_page_bytes(facts: ModelFacts, num_spec: int, tp: int = 1) -> int:
-    """One Gated-DeltaNet layer's state (conv + temporal), ``MambaSpec`` page size."""
+    """One state layer's state (conv + temporal), ``MambaSpec`` page size: Gated DeltaNet's,
+    or Mamba-2's (:class:`~servefleet.core.kvplan.modelconfig.Mamba2Facts`; ``n_groups`` is
+    widened to ``tp`` where it does not divide, ``extra_groups_for_head_shards``)."""
+    mamba = facts.mamba2
+    if mamba is not None:
+        groups = mamba.n_groups if mamba.n_groups % tp == 0 else tp
+        channels = (mamba.num_heads * mamba.head_dim + 2 * groups * mamba.state_size) // tp
+        conv = channels * (mamba.conv_kernel - 1 + num_spec) * facts.dtype_bytes
+        ssm = (mamba.num_heads // tp) * mamba.head_dim * mamba.state_size
+        return conv + ssm * mamba.ssm_dtype_bytes
     gdn = facts.gdn
     assert gdn is not None
     conv_dim = (gdn.k_dim * gdn.num_k_heads * 2 + gdn.v_dim * gdn.num_v_heads) // tp
@@ -163,6 +173,8 @@ class PoolLayout:
     """``T`` of a sliding group's per-request bound (see the module docstring)."""
     sliding_note: str = ""
     """How sliding layers were sized (hybrid manager or as full attention), for messages."""
+    state_kind: str = "GDN"
+    """What the state layers are (``GDN`` or ``Mamba-2``), for messages."""
 
     @property
     def num_groups(self) -> int:
@@ -190,8 +202,11 @@ class PoolLayout:
 
     def blocks_per_request(self, max_model_len: int) -> int:
         """Blocks one ``max_model_len`` request needs across every group."""
+        # Mamba cache mode "all" keeps a state block per attention block of the request.
+        per_state = self.state_blocks + (cdiv(max_model_len, self.block_size)
+                                         if self.mamba_mode == "all" else 0)
         return (self.attention_groups * cdiv(max_model_len, self.block_size)
-                + self.state_groups * self.state_blocks
+                + self.state_groups * per_state
                 + self.sliding_groups * self.sliding_blocks(max_model_len))
 
     def describe(self) -> str:
@@ -212,7 +227,8 @@ class PoolLayout:
                     f"{self.page_bytes} B per layer block{sliding}{note}")
         pad = f", {self.padding_layers} padding layers" if self.padding_layers else ""
         return (f"block {self.block_size} tokens, page {self.page_bytes:,} B, "
-                f"{self.attention_layers} attention + {self.state_layers} GDN layers in "
+                f"{self.attention_layers} attention + {self.state_layers} {self.state_kind} "
+                f"layers in "
                 f"{self.num_groups} groups of {self.group_size}{pad}, mamba cache "
                 f"'{self.mamba_mode}' ({self.state_blocks} state blocks per group per request)"
                 f"{note}")
@@ -253,17 +269,27 @@ def layout(facts: ModelFacts, *, kv_dtype: str | None, num_spec: int = 0, mtp: b
                           attention_groups=1, state_groups=0, state_blocks=0, mamba_mode="none",
                           kv_note=note)
     state = facts.linear_layers
-    block = ALIGN * cdiv(state_page_bytes(facts, num_spec, tp), ALIGN * per_token)
+    page = state_page_bytes(facts, num_spec, tp)
     small, large = min(attention, state), max(attention, state)
     group = large if large < 1.5 * small else small
-    mode = "align" if prefix_caching else "none"
-    state_blocks = (2 if prefix_caching else 1) + num_spec
-    if prefix_caching and version >= (0, 33):
-        state_blocks += 1  # 0.33: one prefill checkpoint block per GDN group
+    if prefix_caching and facts.mamba2 is not None:
+        # Mamba-2 models support Mamba prefix caching (mode "all"): the attention block is
+        # a multiple of the Mamba chunk (``_align_hybrid_block_size``), and a request keeps
+        # one state block per attention block, plus its drafts.
+        chunk = math.lcm(facts.mamba2.chunk_size, ALIGN)
+        block = chunk * cdiv(cdiv(page, per_token), chunk)
+        mode, state_blocks = "all", num_spec
+    else:
+        block = ALIGN * cdiv(page, ALIGN * per_token)
+        mode = "align" if prefix_caching else "none"
+        state_blocks = (2 if prefix_caching else 1) + num_spec
+        if prefix_caching and version >= (0, 33):
+            state_blocks += 1  # 0.33: one prefill checkpoint block per GDN group
     return PoolLayout(block_size=block, page_bytes=block * per_token, attention_layers=attention,
                       state_layers=state, group_size=group,
                       attention_groups=cdiv(attention, group), state_groups=cdiv(state, group),
-                      state_blocks=state_blocks, mamba_mode=mode, kv_note=note)
+                      state_blocks=state_blocks, mamba_mode=mode, kv_note=note,
+                      state_kind=facts.state_kind)
 
 
 def _sliding_layout(facts: ModelFacts, attention: int, per_token: int, note: str, *,

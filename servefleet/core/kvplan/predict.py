@@ -224,9 +224,11 @@ def unmodelled_encoders(facts: ModelFacts, profile: Profile) -> str | None:
     encoders (``None``: none, or ``vllm.language_model_only``)."""
     if not facts.encoders or vllm_settings(profile).language_model_only:
         return None
+    if facts.vision is not None and facts.encoders == ("vision_config",):
+        return None  # modelled: servefleet.core.kvplan.reserve.vision_encoder
     names = " and ".join(key.removesuffix("_config") for key in facts.encoders)
     return (f"the {names} encoder is not modelled: vLLM profiles it with its largest input "
-            "item (a video for Qwen-VL) before it sizes the pool and keeps an encoder cache "
+            "item (a video for Qwen2.5-VL) before it sizes the pool and keeps an encoder cache "
             "beside it, so the pool will be smaller than planned (a vision-language MoE on two "
             "H100s printed 6-9% less); vllm.language_model_only leaves the encoder out, and "
             "a deploy's recorded pool calibrates later plans")

@@ -24,6 +24,10 @@ drives it, each term from a source:
   (11 + 7 at 32 sequences; 33 + 17 with MTP 3). A FULL graph holds the attention buffers and
   costs more than a PIECEWISE one.
 - **attention workspace**: FlashInfer allocates its workspace buffers up front.
+- **vision encoder**: the V1 runner runs a Qwen3-VL-style vision tower over its largest
+  profiling item first and keeps the item's outputs while the language model's dummy run
+  and the sampler follow (:func:`vision_encoder`), so the peak is the larger of the
+  encoder's own and the language model's plus what the encoder left.
 
 The GB10 and consumer constants were fitted to every real Qwen3.6-35B-A3B boot we hold that
 prints its budget (seed 001 on GB10 with and without MTP, the 0.25.1 GB10 fixture, seed
@@ -39,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from servefleet.core.engines.vllm import vllm_settings
-from servefleet.core.kvplan.modelconfig import ModelFacts
+from servefleet.core.kvplan.modelconfig import ModelFacts, VisionFacts
 from servefleet.core.models import Node, Profile
 from servefleet.core.rules.facts import attention_backend
 
@@ -140,6 +144,57 @@ follows: read in the 0.13.0 and 0.25.1 wheels, and seen in real GB10 boots of 0.
 ``get_batch_defaults`` outright."""
 
 
+QWEN_VL_MAX_PIXELS = 16_777_216
+"""``size.longest_edge`` of the Qwen3-VL and Qwen3.5/3.6 image processors on the hub (their
+``preprocessor_config.json``, which the planner does not pin): vLLM profiles the image with
+the most features under it, 4,096 × 4,096 pixels (65,536 patches, 16,384 tokens; the video
+item, 2 frames under 25,165,824 pixels, has 12,288). The real 0.25.1 GB10 boot of
+Qwen3.6-35B-A3B and the 0.26.0 H200 boots of Qwen3-VL print "a budget of 16384 tokens, and
+profiled with 1 image items"."""
+MM_ITEMS_LIMIT = 999
+"""vLLM's per-prompt limit of a modality the flags do not limit."""
+
+
+@dataclass(frozen=True)
+class EncoderProfile:
+    """The vision encoder's profiling run (``profile_run`` in ``gpu_model_runner.py``)."""
+
+    items: int
+    tokens_per_item: int
+    peak_bytes: int
+    """The encoder's own peak: the widest block's activations (two hidden-sized and two
+    MLP-wide buffers per patch), the input patches in fp32 and their bf16 copy, and the
+    deepstack outputs gathered so far."""
+    held_bytes: int
+    """What stays allocated while the language model runs: the outputs (``out_hidden_size``
+    × (1 + deepstack layers) per token) and the bf16 input patches."""
+
+
+def vision_encoder(vision: VisionFacts, *, max_num_batched_tokens: int, max_num_seqs: int,
+                   max_model_len: int, dtype_bytes: int = 2) -> EncoderProfile:
+    """How vLLM 0.26.0 profiles a Qwen3-VL-style tower: one image of
+    :data:`QWEN_VL_MAX_PIXELS`, as many items as the encoder budget ``max(batched tokens,
+    item tokens)`` holds (``compute_mm_encoder_budget``, ``_get_max_items``), run in one call.
+    The per-patch terms were read off the real 0.26.0 H200 boots of Qwen3-VL-30B-A3B's shapes:
+    with 64 sequences the printed peak (2.10 GiB) is the encoder's own (2.08 modelled), with
+    1,024 the language model's 2.68 GiB plus what the encoder holds (3.11 printed, 3.12
+    modelled); ``--language-model-only`` prints the language model's 2.68 alone."""
+    unit = vision.patch_size * vision.merge_size
+    tokens = QWEN_VL_MAX_PIXELS // (unit * unit)
+    patches = tokens * vision.merge_size ** 2
+    budget = max(max_num_batched_tokens, tokens)
+    per_prompt = max(1, min(MM_ITEMS_LIMIT, max_model_len // tokens))
+    items = max(1, min(budget // tokens, max_num_seqs * per_prompt))
+    widest = dtype_bytes * (2 * vision.hidden_size + 2 * vision.intermediate_size)
+    inputs = (4 + dtype_bytes) * vision.input_channels
+    deepstack = tokens * vision.out_hidden_size * vision.deepstack_layers * dtype_bytes
+    outputs = tokens * vision.out_hidden_size * (1 + vision.deepstack_layers) * dtype_bytes
+    return EncoderProfile(
+        items=items, tokens_per_item=tokens,
+        peak_bytes=items * (patches * (widest + inputs) + deepstack),
+        held_bytes=items * (outputs + patches * vision.input_channels * dtype_bytes))
+
+
 @dataclass(frozen=True)
 class ReserveInputs:
     """What the reserve depends on, worked out from a profile and a node."""
@@ -162,6 +217,14 @@ class ReserveInputs:
     family: GpuFamily | None = None
     """The GPU's reserve constants (:func:`gpu_family`); ``None``: :data:`UNIFIED` on
     unified memory, else :data:`CONSUMER`."""
+    encoder: EncoderProfile | None = None
+    """The vision encoder's profiling run (V1 runner, encoder served); ``None``: none."""
+    moe_workspace: bool = True
+    """Whether the forward's activations stay allocated while the sampler runs: the fused-MoE
+    caches do (vLLM's workspace manager keeps them), so an MoE model's peak is their sum; a
+    model without experts frees its forward's buffers first, so its peak is the larger of
+    the two (the real 0.26.0 H200 boots of Nemotron-H's shapes: 1.93 and 1.92 GiB printed for
+    a 2.00 GiB sampler run at 1,024 sequences, 1.28 for the forward at 64)."""
 
     @property
     def gpu_family(self) -> GpuFamily:
@@ -189,11 +252,14 @@ class Reserve:
     inputs: ReserveInputs
     sampler: float = 0.0
     """The V1 runner's profiling sampler run (:data:`SAMPLER_BYTES`)."""
+    encoder: float = 0.0
+    """What the vision encoder adds to the profiling peak (:func:`vision_encoder`)."""
 
     @property
     def total(self) -> float:
         """Everything the engine keeps besides weights and the KV pool."""
-        return self.base + self.activations + self.sampler + self.graphs + self.workspace
+        return (self.base + self.activations + self.sampler + self.encoder + self.graphs
+                + self.workspace)
 
     def describe(self) -> str:
         """``4.78 GiB base (unified memory; fitted on …, an assumption for other models) +
@@ -205,12 +271,19 @@ class Reserve:
                  f"{self.activations:.2f} GiB activations "
                  f"({self.inputs.max_num_batched_tokens:,} batched tokens)"]
         if self.sampler:
+            beyond = "" if self.inputs.moe_workspace else ", beyond the forward's peak"
             parts.append(f"{self.sampler:.2f} GiB sampler ({self.inputs.sampler_rows:,} "
-                         f"sequences × {self.inputs.vocab_size:,} vocabulary, V1 runner)")
+                         f"sequences × {self.inputs.vocab_size:,} vocabulary, V1 runner"
+                         f"{beyond})")
         elif not self.inputs.v2_runner and not self.inputs.vocab_size:
             parts.append("the V1 runner's sampler left out (no vocab_size in the config)")
         elif not self.inputs.v2_runner and not self.inputs.native_sampler:
             parts.append("no sampler peak (FlashInfer's sampler profiles without sorting)")
+        encoder = self.inputs.encoder
+        if encoder is not None:
+            parts.append(f"{self.encoder:.2f} GiB vision encoder ({encoder.items} image(s) of "
+                         f"{encoder.tokens_per_item:,} tokens profiled, at the hub processor's "
+                         f"{QWEN_VL_MAX_PIXELS:,} pixels)")
         if self.inputs.graph_profiling:
             parts.append(f"{self.graphs:.2f} GiB CUDA graphs ({self.piecewise_graphs} PIECEWISE "
                          f"+ {self.full_graphs} FULL, {self.inputs.cudagraph_mode})")
@@ -259,10 +332,17 @@ def estimate(inputs: ReserveInputs) -> Reserve:
     family = inputs.gpu_family
     sampler = (inputs.sampler_rows * inputs.vocab_size * SAMPLER_BYTES
                if inputs.native_sampler and not inputs.v2_runner else 0)
+    activations = inputs.activation_bytes_per_token * inputs.max_num_batched_tokens
+    if not inputs.moe_workspace:  # the sampler's run only adds what exceeds the forward's
+        sampler = max(0, sampler - activations)
+    encoder = 0
+    if inputs.encoder is not None:  # the peak: max(encoder's own, LM's + what it holds)
+        encoder = max(inputs.encoder.peak_bytes - activations - sampler,
+                      inputs.encoder.held_bytes)
     return Reserve(
         base=family.base_gib,
-        activations=inputs.activation_bytes_per_token * inputs.max_num_batched_tokens / GIB,
-        sampler=sampler / GIB,
+        activations=activations / GIB,
+        sampler=sampler / GIB, encoder=encoder / GIB,
         graphs=piecewise * family.piecewise_graph_gib + full * family.full_graph_gib,
         workspace=WORKSPACE_GIB.get(inputs.attention_backend, 0.0),
         piecewise_graphs=piecewise, full_graphs=full, inputs=inputs)
@@ -332,7 +412,15 @@ def inputs_for(facts: ModelFacts, profile: Profile, node: Node) -> ReserveInputs
     spec = profile.speculative
     backend, _ = attention_backend(profile, node)
     v2_runner = v2_model_runner(profile, facts)
+    settings = vllm_settings(profile)
+    encoder = None
+    if facts.vision is not None and not v2_runner and not settings.language_model_only:
+        encoder = vision_encoder(
+            facts.vision, max_num_batched_tokens=tokens, max_num_seqs=seqs,
+            max_model_len=settings.max_model_len or facts.max_position_embeddings or tokens,
+            dtype_bytes=facts.dtype_bytes)
     return ReserveInputs(
+        encoder=encoder, moe_workspace=facts.moe,
         unified_memory=node.unified_memory, version=profile.version,
         max_num_batched_tokens=tokens, max_num_seqs=seqs,
         num_spec=spec.num_speculative_tokens if spec else 0,

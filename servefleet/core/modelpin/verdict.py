@@ -89,9 +89,11 @@ def planner_verdict(config: dict[str, Any], source: str,
                if facts.max_position_embeddings else "")
     if facts.hybrid:
         state = state_page_bytes(facts, 0)
-        shape = (f"hybrid Gated-DeltaNet, {facts.full_attention_layers} attention + "
-                 f"{facts.linear_layers} GDN layers, {_attention_kind(text, facts)}"
-                 f"{_experts(text)}{mtp}, {kv} + {_kib(state)} GDN state per layer per "
+        kind = facts.state_kind
+        name = "Gated-DeltaNet" if kind == "GDN" else kind
+        shape = (f"hybrid {name}, {facts.full_attention_layers} attention + "
+                 f"{facts.linear_layers} {kind} layers, {_attention_kind(text, facts)}"
+                 f"{_experts(text)}{mtp}, {kv} + {_kib(state)} {kind} state per layer per "
                  "request")
     elif facts.sliding:
         shape = (f"full + sliding-window attention, {facts.full_attention_layers} full + "

@@ -28,6 +28,8 @@ NEMOTRON_H_8B: dict[str, Any] = {  # nvidia/Nemotron-H-8B-Base-8K
     "mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
     "conv_kernel": 4, "max_position_embeddings": 8192, "torch_dtype": "bfloat16",
 }
+NEMOTRON_H_MTP: dict[str, Any] = {**NEMOTRON_H_8B, "num_nextn_predict_layers": 1}
+"""Nemotron-H with an MTP layer (as Nemotron Super configs declare one)."""
 JAMBA_MINI: dict[str, Any] = {  # ai21labs/AI21-Jamba-1.5-Mini
     "architectures": ["JambaForCausalLM"], "model_type": "jamba", "hidden_size": 4096,
     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -127,11 +129,30 @@ def refused(config: dict[str, Any]) -> str:
     return text
 
 
-def test_nemotron_h_pattern_is_refused_not_planned_as_52_attention_layers():
-    text = refused(NEMOTRON_H_8B)
-    assert "field 'hybrid_override_pattern'" in text
-    assert "24 Mamba layers 'M', 4 attention layers '*'" in text
-    assert "Gated-DeltaNet hybrids only" in text
+def test_nemotron_h_is_planned_from_its_pattern_not_as_52_attention_layers():
+    """The layout of the real 0.26.0 H200 boot of Nemotron-H-8B's shapes ("Setting attention
+    block size to 1040 tokens", "Padding mamba page size by 0.10%"): 4 attention + 24 Mamba-2
+    layers from ``hybrid_override_pattern``, the SSM state in float32."""
+    facts = facts_from_config(NEMOTRON_H_8B, SRC)
+    assert (facts.full_attention_layers, facts.linear_layers, facts.state_kind) == (
+        4, 24, "Mamba-2")
+    assert facts.mamba2 is not None and facts.mamba2.ssm_dtype_bytes == 4
+    lay = layout(facts, kv_dtype=None)
+    assert (lay.block_size, lay.page_bytes, lay.group_size, lay.num_groups) == (
+        1040, 4_259_840, 4, 7)
+    # The same layers written the way transformers 5 saves them: Mamba-2, not Gated DeltaNet.
+    kinds = {"M": "linear_attention", "*": "full_attention", "-": "mlp"}
+    saved = {k: v for k, v in NEMOTRON_H_8B.items() if k != "hybrid_override_pattern"}
+    saved["layers_block_type"] = [kinds[c] for c in NEMOTRON_H_8B["hybrid_override_pattern"]]
+    assert layout(facts_from_config(saved, SRC), kv_dtype=None) == lay
+
+
+def test_nemotron_h_with_an_mtp_layer_or_a_foreign_mamba_pattern_is_refused():
+    assert "field 'num_nextn_predict_layers'" in refused(NEMOTRON_H_MTP)
+    foreign = {**NEMOTRON_H_8B, "model_type": "bamba"}
+    del foreign["mamba_num_heads"]
+    text = refused(foreign)
+    assert "field 'hybrid_override_pattern'" in text and "outside Nemotron-H" in text
 
 
 @pytest.mark.parametrize(("config", "field"), [
@@ -291,10 +312,10 @@ def test_mla_is_one_latent_per_token_and_layer():
 def test_a_cold_plan_of_a_multimodal_checkpoint_says_what_it_leaves_out(rtx5090):
     """Its encoders are read (not refused: the text tower's layout is right) and the cold
     prediction says it leaves out their profiling pass, unless the profile serves text only."""
-    from tests.core.rules.test_planner import QWEN3_VL_MOE
+    from tests.core.rules.test_planner import QWEN3_VL_MOE, QWEN25_VL
 
-    facts = facts_from_config(QWEN3_VL_MOE, SRC)
-    assert facts.encoders == ("vision_config",) and facts.moe and facts.vocab_size == 151936
+    facts = facts_from_config(QWEN25_VL, SRC)
+    assert facts.encoders == ("vision_config",) and facts.vision is None
     profile = llama_profile(weights_gib=10.0)
     planned = predict(facts, profile, rtx5090)
     assert "the vision encoder is not modelled" in planned.how
@@ -303,6 +324,14 @@ def test_a_cold_plan_of_a_multimodal_checkpoint_says_what_it_leaves_out(rtx5090)
         update={"language_model_only": True})})
     assert "encoder" not in predict(facts, text_only, rtx5090).how
     assert facts_from_config(LLAMA31_8B, SRC).encoders == ()
+    # Qwen3-VL's tower is modelled: the MoE one (V1 runner) reserves its profiling run.
+    vl = facts_from_config(QWEN3_VL_MOE, SRC)
+    assert vl.vision is not None and vl.moe and vl.vocab_size == 151936
+    modelled = predict(vl, profile, rtx5090)
+    assert "not modelled" not in modelled.how and modelled.reserve is not None
+    assert modelled.reserve.encoder > 0 and "vision encoder (1 image(s) of 16,384 tokens" \
+        in modelled.reserve.describe()
+    assert predict(vl, text_only, rtx5090).reserve.encoder == 0  # type: ignore[union-attr]
 
 
 ERNIE45_21B_A3B: dict[str, Any] = {  # baidu/ERNIE-4.5-21B-A3B-PT

@@ -27,6 +27,7 @@ from tests.core.kvplan.test_refusals import (
     MISTRAL_7B_V01,
     MODELOPT_NVFP4,
     NEMOTRON_H_8B,
+    NEMOTRON_H_MTP,
 )
 from tests.reference_project import REPO_ROOT
 
@@ -90,8 +91,11 @@ def test_the_verdict_is_the_planners_reading_or_its_refusal():
     assert oss.planned and oss.text.startswith(
         "planned: full + sliding-window attention, 18 full + 18 sliding layers (window 128, "
         "vLLM's hybrid KV-cache manager)")
+    nemotron = planner_verdict(NEMOTRON_H_8B, SRC)
+    assert nemotron.text.startswith(
+        "planned: hybrid Mamba-2, 4 attention + 24 Mamba-2 layers"), nemotron.text
     for config, why in ((MISTRAL_7B_V01, "sliding-window attention whose layers"),
-                        (NEMOTRON_H_8B, "Mamba-2 hybrid")):
+                        (NEMOTRON_H_MTP, "MTP layer")):
         verdict = planner_verdict(config, SRC)
         assert not verdict.planned and verdict.text.startswith("refused: field ")
         assert why in verdict.text and "first boot's 'GPU KV cache size'" in verdict.text

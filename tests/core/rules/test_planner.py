@@ -12,7 +12,7 @@ from typing import Any
 
 from servefleet.core.models import Profile
 from servefleet.core.project import Project
-from tests.core.kvplan.test_refusals import MODELOPT_NVFP4, NEMOTRON_H_8B
+from tests.core.kvplan.test_refusals import MODELOPT_NVFP4, NEMOTRON_H_MTP
 from tests.reference_project import REPO_ROOT
 
 QWEN_CONFIG = REPO_ROOT / "profiles" / "models" / "qwen3.6-35b-a3b.config.json"
@@ -61,12 +61,12 @@ def test_an_unreadable_pin_is_an_error(kit, tmp_path):
 
 
 def test_a_config_the_planner_refuses_is_an_error(kit, tmp_path):
-    ref = pin(tmp_path, "nemotron-h.json", NEMOTRON_H_8B)
+    ref = pin(tmp_path, "nemotron-h.json", NEMOTRON_H_MTP)
     profile = kit.profile(model={"id": "nvidia/Nemotron-H-8B-Base-8K", "config": ref,
                                  "hybrid_gdn": False})
     finding = kit.only("model-config-not-plannable", rooted(kit.alone(profile), tmp_path))
     kit.assert_message(finding, file="profiles/p.yaml", field="model.config.file",
-                       value="field 'hybrid_override_pattern'", why="refuses rather than",
+                       value="field 'num_nextn_predict_layers'", why="refuses rather than",
                        fix="remove model.config from the profile")
 
 
@@ -143,13 +143,18 @@ QWEN3_VL_MOE: dict[str, Any] = {  # Qwen/Qwen3-VL-30B-A3B-Instruct: the text tow
         "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
         "vocab_size": 151936, "max_position_embeddings": 262144, "dtype": "bfloat16"},
     "vision_config": {"model_type": "qwen3_vl_moe", "depth": 27, "hidden_size": 1152,
-                      "out_hidden_size": 2048, "patch_size": 16, "temporal_patch_size": 2},
+                      "intermediate_size": 4304, "out_hidden_size": 2048, "patch_size": 16,
+                      "temporal_patch_size": 2, "spatial_merge_size": 2,
+                      "deepstack_visual_indexes": [8, 16, 24]},
 }
+QWEN25_VL: dict[str, Any] = {  # a Qwen2.5-VL-shaped checkpoint: its video item is not modelled
+    **QWEN3_VL_MOE, "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+    "model_type": "qwen2_5_vl"}
 
 
 def test_a_multimodal_checkpoint_served_with_its_encoder_is_a_warning(kit, tmp_path):
-    ref = pin(tmp_path, "qwen3-vl.json", QWEN3_VL_MOE)
-    model = {"id": "Qwen/Qwen3-VL-30B-A3B-Instruct", "config": ref, "hybrid_gdn": False}
+    ref = pin(tmp_path, "qwen25-vl.json", QWEN25_VL)
+    model = {"id": "Qwen/Qwen2.5-VL-7B-Instruct", "config": ref, "hybrid_gdn": False}
     profile = kit.profile(model=model)
     finding = kit.only("model-encoder-not-modelled", rooted(kit.alone(profile), tmp_path))
     assert finding.severity.value == "warning"
@@ -158,6 +163,11 @@ def test_a_multimodal_checkpoint_served_with_its_encoder_is_a_warning(kit, tmp_p
                        fix="set vllm.language_model_only: true")
     text_only = kit.profile(model=model, vllm={"language_model_only": True})
     assert kit.run("model-encoder-not-modelled", rooted(kit.alone(text_only), tmp_path)) == []
+    # Qwen3-VL's encoder is modelled: no warning.
+    modelled = {**model, "id": "Qwen/Qwen3-VL-30B-A3B-Instruct",
+                "config": pin(tmp_path, "qwen3-vl.json", QWEN3_VL_MOE)}
+    assert kit.run("model-encoder-not-modelled",
+                   rooted(kit.alone(kit.profile(model=modelled)), tmp_path)) == []
     # The shipped Qwen3.6 config is the text model alone.
     assert kit.run("model-encoder-not-modelled",
                    rooted(kit.alone(qwen(kit, tmp_path)), tmp_path)) == []
