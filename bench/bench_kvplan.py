@@ -36,7 +36,7 @@ from servefleet.sim.engines.tiny_qwen3_moe import CONFIG as TINY_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ("models/qwen3.6-35b-a3b.config.json",
-          "a24b96956f06a5055ab1e73006159adfe90cb8d6fb02f33459166f6ed8a40879")
+          "3ac357d5a0e00f3c87e4b008c4ac1d38d062f7c286558a9d7eba4cb1618b90db")
 H200_DATA = ROOT / "tests" / "core" / "kvplan" / "data" / "real-logs" / "vllm-0.26.0-h200"
 PUBLIC_DATA = ROOT / "tests" / "core" / "kvplan" / "data" / "public-logs"
 

@@ -21,7 +21,7 @@ from tests.reference_project import REPO_ROOT
 
 MTP_ON = ("main: MTP on: KV pool ≈ 1.08M tokens (−20%; blocks −14%), CUDA graphs "
           "FULL_AND_PIECEWISE → PIECEWISE (FlashInfer off SM100), concurrency at 131,072 ≈ "
-          "8.3× (modelled cold)")
+          "8.2× (modelled cold)")
 
 
 class EchoMocks(pulumi.runtime.Mocks):

@@ -88,7 +88,7 @@ def test_gb10_sample_and_scenarios(run_cli: Run, folder: Path) -> None:
     _place_spark(folder, 22)
     tune = run_cli("tune", "qwen36-fp8-mtp", "--node", "spark-1", "--target-concurrency", "8")
     assert tune.exit_code == 0, tune.output
-    assert "concurrency at 131,072 ≈ 8.3× at 0.45" in tune.output.splitlines()[0]
+    assert "concurrency at 131,072 ≈ 8.2× at 0.45" in tune.output.splitlines()[0]
 
 
 def test_next_steps_lead_with_deploy_and_say_how_to_get_pulumi(run_cli: Run,

@@ -76,7 +76,7 @@ def test_tune_refuses_a_utilization_the_node_cannot_free_at_boot():
 def test_tune_says_what_the_reserve_base_was_fitted_on():
     result = _tune("qwen36-fp8", "--node", "dgx-spark-1", "--target-kv-tokens", "600000")
     assert result.exit_code == 0, result.output
-    assert ("4.85 GiB base (unified memory; fitted on 3 Qwen3.6-35B-A3B GB10 boots (seed 001 "
+    assert ("3.65 GiB base (unified memory; fitted on 3 Qwen3.6-35B-A3B GB10 boots (seed 001 "
             "MTP on/off, the 0.25.1 fixture), an assumption for other models and cards; real "
             "GB10 boots have reserved 3.0 to 5.8 GiB in all") in " ".join(result.output.split())
 

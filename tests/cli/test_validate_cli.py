@@ -104,7 +104,7 @@ def test_a_gateway_route_the_stack_does_not_serve_is_an_error(run: Run, project:
 
 def test_a_wrong_config_pin_is_refused_by_validate_not_only_by_plan(run: Run, project: Path):
     path = project / "profiles" / "qwen36-fp8.yaml"
-    real = "a24b96956f06a5055ab1e73006159adfe90cb8d6fb02f33459166f6ed8a40879"
+    real = "3ac357d5a0e00f3c87e4b008c4ac1d38d062f7c286558a9d7eba4cb1618b90db"
     path.write_text(path.read_text().replace(real, "ab" * 32))
     data = json.loads(run("validate", "--json").output)
     assert data["ok"] is False

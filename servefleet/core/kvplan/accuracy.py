@@ -15,9 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servefleet.core.kvplan.cpu import CPU_BLOCK_SIZE, CPU_KV_DTYPES
-from servefleet.core.kvplan.modelconfig import ModelFacts, facts_from_config
+from servefleet.core.kvplan.modelconfig import ModelFacts, VisionFacts, facts_from_config
 from servefleet.core.kvplan.pool import GIB, bytes_for, figures, layout
-from servefleet.core.kvplan.reserve import ReserveInputs, estimate, native_profiling_sampler
+from servefleet.core.kvplan.reserve import (
+    ReserveInputs,
+    estimate,
+    native_profiling_sampler,
+    vision_encoder,
+)
 
 TOLERANCE = 0.05
 MTP_DELTA_TOLERANCE = 0.03
@@ -46,12 +51,19 @@ def _reserve(*, unified: bool, version: tuple[int, ...], tokens: int, seqs: int,
                          attention_backend=backend, graph_profiling=graphs,
                          activation_bytes_per_token=QWEN36_ACTIVATION_BYTES,
                          vocab_size=QWEN36_VOCAB,
-                         native_sampler=native_profiling_sampler(version, {}))
+                         native_sampler=native_profiling_sampler(version, {}),
+                         encoder=vision_encoder(QWEN36_VISION, max_num_batched_tokens=tokens,
+                                                max_num_seqs=seqs, max_model_len=1 << 20))
 
 
 QWEN36_ACTIVATION_BYTES = 2 * (8 * 3 * 512 + 3 * 512 + 4 * 2048)
 """Qwen3.6-35B-A3B: bf16 × (8 experts × 3 × 512 + the shared expert's 3 × 512 + 4 × 2048
 hidden) per batched token (:attr:`ModelFacts.activation_bytes_per_token` of its config)."""
+QWEN36_VISION = VisionFacts(patch_size=16, merge_size=2, input_channels=3 * 2 * 16 * 16,
+                            hidden_size=1152, intermediate_size=4304, out_hidden_size=2048,
+                            deepstack_layers=0)
+"""Qwen3.6-35B-A3B's vision tower (its pinned config's ``vision_config``): every row served
+it, and the 0.25.1 fixture prints "profiled with 1 image items" of 16,384 tokens."""
 QWEN36_VOCAB = 248320
 """Qwen3.6-35B-A3B's ``vocab_size`` (its pinned config's ``text_config``)."""
 

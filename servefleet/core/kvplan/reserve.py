@@ -69,19 +69,27 @@ class GpuFamily:
 
 
 UNIFIED = GpuFamily(
-    "unified memory", base_gib=4.85, full_graph_gib=0.037, piecewise_graph_gib=0.002,
+    "unified memory", base_gib=3.65, full_graph_gib=0.037, piecewise_graph_gib=0.002,
     fitted_on="fitted on 3 Qwen3.6-35B-A3B GB10 boots (seed 001 MTP on/off, the 0.25.1 "
               "fixture)",
     spread="real GB10 boots have reserved 3.0 to 5.8 GiB in all: what the host itself holds "
            "while vLLM profiles counts, so a small pool can be far larger than planned")
 """GB10: vLLM measures free memory from the host (``psutil``), so what the process and the
-OS take while vLLM profiles counts too: about three times a discrete card's base. The graph
-constants: 17 FULL + 33 PIECEWISE graphs were estimated at 0.74 GiB (the 0.25.1 fixture)."""
+OS take while vLLM profiles counts too. The graph constants: 17 FULL + 33 PIECEWISE graphs
+were estimated at 0.74 GiB (the 0.25.1 fixture). Every row it was fitted on served
+Qwen3.6's vision tower, whose profiling run (:func:`vision_encoder`, 1.1–1.7 GiB there) is
+its own term: before it was, the base held it (4.85 GiB), and a text-only model on a GB10
+was planned with a Qwen3.6 encoder it does not have (the public 0.11 and 0.13 GB10 boots of
+text models reserved 3.0–3.4 GiB in all)."""
 CONSUMER = GpuFamily(
-    "consumer card", base_gib=1.80, full_graph_gib=0.037, piecewise_graph_gib=0.002,
+    "consumer card", base_gib=0.12, full_graph_gib=0.037, piecewise_graph_gib=0.002,
     fitted_on="fitted on 6 Qwen3.6-35B-A3B RTX 5090 boots (seed 003)")
 """RTX 5090 and other cards outside :data:`DATACENTER_SM`; the graph constants are the
-GB10's (no RTX 5090 log we hold prints a graph estimate)."""
+GB10's (no RTX 5090 log we hold prints a graph estimate). The rows served Qwen3.6's vision
+tower (1.56–1.73 GiB of encoder term at their settings); what is left, 0.12 GiB, is under
+the 0.22–0.25 GiB of non-torch memory the H200 boots print, so on these vLLM 0.20/0.21 rows
+the encoder term is likely 0.1–0.2 GiB high (none of them prints its parts). Before the
+encoder was its own term the base was 1.80 GiB and held it."""
 DATACENTER = GpuFamily(
     "datacenter card", base_gib=0.50, full_graph_gib=0.0075, piecewise_graph_gib=0.005,
     fitted_on="fitted on 10 vLLM 0.26.0 H200 boots of 7 models "
@@ -94,8 +102,8 @@ DATACENTER_NAMES = ("L4", "A10", "A30", "A40", "RTX PRO", "RTX A6000", "RTX 6000
 """Datacenter and workstation cards whose compute capability they share with consumer ones
 (sm 8.6, 8.9, 12.0): :data:`DATACENTER` by name (a word of the GPU's name that starts with
 one of these: L4, L40, L40S; A10, A10G; …). A public vLLM 0.19.0 boot on four L40S
-prints a 0.89 GiB reserve per rank, where a consumer card's 1.80 GiB base alone is twice
-that."""
+prints a 0.89 GiB reserve per rank, where the consumer base (1.80 GiB while it still held
+the Qwen3.6 encoder) was twice that."""
 SAMPLER_BYTES = 16
 """Bytes per sequence and vocabulary entry of vLLM's V1 profiling sampler run
 (``_dummy_sampler_run``: fp32 logits for ``min(max_num_seqs, max_num_batched_tokens)``

@@ -14,7 +14,7 @@ from servefleet.core.kvplan.pool import GIB, bytes_for
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = "models/qwen3.6-35b-a3b.config.json"
-SHA = "a24b96956f06a5055ab1e73006159adfe90cb8d6fb02f33459166f6ed8a40879"
+SHA = "3ac357d5a0e00f3c87e4b008c4ac1d38d062f7c286558a9d7eba4cb1618b90db"
 
 
 def test_pinned_config_gives_the_hybrid_layout(qwen36):

@@ -34,7 +34,7 @@ def preview(project: Project, old: str | None, new: str, node: str) -> str | Non
 def test_mtp_on_says_pool_graphs_and_concurrency(shipped: Project) -> None:
     assert preview(shipped, "qwen36-fp8", "qwen36-fp8-mtp", "dgx-spark-1") == (
         "MTP on: KV pool ≈ 1.08M tokens (−20%; blocks −14%), CUDA graphs FULL_AND_PIECEWISE → "
-        "PIECEWISE (FlashInfer off SM100), concurrency at 131,072 ≈ 8.3× (modelled cold)")
+        "PIECEWISE (FlashInfer off SM100), concurrency at 131,072 ≈ 8.2× (modelled cold)")
 
 
 def test_mtp_off_and_a_new_deployment(shipped: Project) -> None:

@@ -290,7 +290,7 @@ def test_the_reserve_says_what_its_base_was_fitted_on():
                            attention_backend="FLASH_ATTN", graph_profiling=True,
                            activation_bytes_per_token=0)
     assert estimate(inputs).describe().startswith(
-        "1.80 GiB base (consumer card; fitted on 6 Qwen3.6-35B-A3B RTX 5090 boots (seed 003), "
+        "0.12 GiB base (consumer card; fitted on 6 Qwen3.6-35B-A3B RTX 5090 boots (seed 003), "
         "an assumption for other models and cards)")
 
 
