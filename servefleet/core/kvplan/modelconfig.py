@@ -1,9 +1,10 @@
 """Model facts the KV pool depends on, read from a checkpoint's own ``config.json``.
 
-Only what vLLM's KV-cache specs use: which layers are full attention and which are linear
-(Gated DeltaNet) state, the KV heads and head dim, the GDN state shapes and dtype, the MTP
-layers, and the KV-cache quantization the checkpoint declares (vLLM uses it under
-``--kv-cache-dtype auto``). Multimodal configs keep the text tower under ``text_config``.
+Only what vLLM's KV-cache specs use: which layers are full attention and which hold a state
+(Gated DeltaNet, or Nemotron-H's Mamba-2 from ``hybrid_override_pattern``), the KV heads and
+head dim, the state shapes and dtypes, the MTP layers, and the KV-cache quantization the
+checkpoint declares (vLLM uses it under ``--kv-cache-dtype auto``). Multimodal configs keep
+the text tower under ``text_config``; a Qwen3-VL-style vision tower is read for the reserve.
 
 Sliding-window layers are modelled where the config says which layers slide:
 ``layer_types`` with ``sliding_attention`` and ``full_attention`` entries (gpt-oss, Gemma 3
@@ -14,8 +15,8 @@ head (``GptOssAttention.sinks``), not cached tokens: they change no KV spec.
 
 What the planner does not model it refuses here, naming the file, the field and why, never
 planning such a model as plain full attention: Mamba/SSM layers other than Gated DeltaNet
-(Nemotron-H's ``hybrid_override_pattern``, Jamba's ``attn_layer_period``, ``ssm_state_size``
-…), sliding windows whose layers the config does not lay out (``sliding_window`` in use
+and Nemotron-H's (Jamba's ``attn_layer_period``, a ``hybrid_override_pattern`` of another
+architecture, ``ssm_state_size`` …; Nemotron-H with an MTP layer or a sliding window), sliding windows whose layers the config does not lay out (``sliding_window`` in use
 without ``layer_types``: Mistral-7B-v0.1, Gemma 2's ``interleaved_sliding_window``), sliding
 layers beside Gated-DeltaNet layers, per-layer-type head shapes (Gemma 4's
 ``global_head_dim``/``num_global_key_value_heads``), DeepSeek sparse attention, chunked local
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -249,26 +251,7 @@ def _check_modelled(text: dict[str, Any], source: str) -> None:
                 "Mamba/SSM state layers without the Gated-DeltaNet layout "
                 f"({', '.join(GDN_KEYS)}); vLLM keeps a state per SSM layer that the KV "
                 "planner does not model"))
-    shared = text.get("num_kv_shared_layers")
-    if isinstance(shared, int) and shared > 0:
-        raise _refuse(source, "num_kv_shared_layers", shared, (
-            "cross-layer KV sharing (Gemma 3n): the last layers reuse earlier layers' KV and "
-            "hold none of their own, which the KV planner does not model"))
-    index = text.get("index_topk")
-    if index is not None:
-        raise _refuse(source, "index_topk", index, (
-            "DeepSeek sparse attention (V3.2): beside the MLA latent every layer keeps an "
-            "indexer key cache, which the KV planner does not model"))
-    chunk = text.get("attention_chunk_size")
-    if isinstance(chunk, int) and chunk > 0:
-        raise _refuse(source, "attention_chunk_size", chunk, (
-            "chunked local attention (Llama 4): those layers hold at most one chunk "
-            "(ChunkedLocalAttentionSpec), which the KV planner does not model"))
-    cross = text.get("cross_attention_layers")
-    if cross:
-        raise _refuse(source, "cross_attention_layers", cross, (
-            "cross-attention layers (encoder KV, CrossAttentionSpec), which the KV planner "
-            "does not model"))
+    _refuse_listed(text, source, NOT_MODELLED_FIELDS)
     for key in PER_TYPE_HEAD_KEYS:
         if text.get(key) is not None:
             raise _refuse(source, key, text[key], (
@@ -292,6 +275,49 @@ def _check_modelled(text: dict[str, Any], source: str) -> None:
         raise _refuse(source, "sliding_window", window, _SLIDING + (
             f" (use_sliding_window is {text.get('use_sliding_window')!r}, not false; "
             f"no layer_types{',' + pattern_note if pattern_note else ''})"))
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+RefusedField = tuple[str, Callable[[Any], bool], str]
+"""A field, when its value means the planner cannot model the config, and why."""
+
+NOT_MODELLED_FIELDS: tuple[RefusedField, ...] = (
+    ("num_kv_shared_layers", _positive,
+     "cross-layer KV sharing (Gemma 3n): the last layers reuse earlier layers' KV and hold "
+     "none of their own, which the KV planner does not model"),
+    ("index_topk", lambda value: value is not None,
+     "DeepSeek sparse attention (V3.2): beside the MLA latent every layer keeps an indexer "
+     "key cache, which the KV planner does not model"),
+    ("attention_chunk_size", _positive,
+     "chunked local attention (Llama 4): those layers hold at most one chunk "
+     "(ChunkedLocalAttentionSpec), which the KV planner does not model"),
+    ("cross_attention_layers", bool,
+     "cross-attention layers (encoder KV, CrossAttentionSpec), which the KV planner does not "
+     "model"),
+)
+NEMOTRON_H_NOT_MODELLED: tuple[RefusedField, ...] = (
+    ("sliding_window", lambda value: value is not None,
+     "a Nemotron-H config with a sliding window makes every attention layer a sliding-window "
+     "one beside the Mamba-2 layers, which the KV planner does not model"),
+    ("num_nextn_predict_layers", _positive,
+     "Nemotron-H's MTP layer adds draft columns to every Mamba-2 state and its own attention "
+     "layer (nemotron_h_mtp), which the KV planner does not model"),
+    ("block_configs", lambda value: value is not None,
+     "a heterogeneous Nemotron-H (per-layer shapes), which the KV planner does not model"),
+)
+
+
+def _refuse_listed(text: dict[str, Any], source: str,
+                   fields: tuple[RefusedField, ...]) -> None:
+    """Refuse the first field of ``fields`` whose value the planner cannot model."""
+    for field, applies, reason in fields:
+        value = text.get(field)
+        if applies(value):
+            raise _refuse(source, field, "…" if isinstance(value, (list, dict)) else value,
+                          reason)
 
 
 NEMOTRON_H_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe",
@@ -330,20 +356,7 @@ def _nemotron_h_kinds(text: dict[str, Any], source: str) -> list[str]:
 def _check_nemotron_h(text: dict[str, Any], source: str) -> None:
     """Refuse the Nemotron-H variants vLLM sizes differently (see the module docstring)."""
     _nemotron_h_kinds(text, source)
-    window = text.get("sliding_window")
-    if window is not None:
-        raise _refuse(source, "sliding_window", window, (
-            "a Nemotron-H config with a sliding window makes every attention layer a "
-            "sliding-window one beside the Mamba-2 layers, which the KV planner does not model"))
-    mtp = text.get("num_nextn_predict_layers")
-    if isinstance(mtp, int) and mtp > 0:
-        raise _refuse(source, "num_nextn_predict_layers", mtp, (
-            "Nemotron-H's MTP layer adds draft columns to every Mamba-2 state and its own "
-            "attention layer (nemotron_h_mtp), which the KV planner does not model"))
-    if text.get("block_configs") is not None:
-        raise _refuse(source, "block_configs", "…", (
-            "a heterogeneous Nemotron-H (per-layer shapes), which the KV planner does not "
-            "model"))
+    _refuse_listed(text, source, NEMOTRON_H_NOT_MODELLED)
 
 
 def _mamba2(text: dict[str, Any], source: str) -> Mamba2Facts:
