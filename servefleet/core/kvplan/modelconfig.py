@@ -16,13 +16,15 @@ head (``GptOssAttention.sinks``), not cached tokens: they change no KV spec.
 What the planner does not model it refuses here, naming the file, the field and why, never
 planning such a model as plain full attention: Mamba/SSM layers other than Gated DeltaNet
 and Nemotron-H's (Jamba's ``attn_layer_period``, a ``hybrid_override_pattern`` of another
-architecture, ``ssm_state_size`` …; Nemotron-H with an MTP layer or a sliding window), sliding windows whose layers the config does not lay out (``sliding_window`` in use
+architecture, ``ssm_state_size`` …; Nemotron-H with an MTP layer or a sliding window),
+sliding windows whose layers the config does not lay out (``sliding_window`` in use
 without ``layer_types``: Mistral-7B-v0.1, Gemma 2's ``interleaved_sliding_window``), sliding
 layers beside Gated-DeltaNet layers, per-layer-type head shapes (Gemma 4's
 ``global_head_dim``/``num_global_key_value_heads``), DeepSeek sparse attention, chunked local
 attention, and cross-layer KV sharing (``num_kv_shared_layers``). A multimodal checkpoint's
 encoders (``vision_config``, ``audio_config``) are read, not refused: its text tower's
-layout is right, and a cold prediction says it leaves out their profiling pass.
+layout is right; a Qwen3-VL-style tower's profiling run is modelled, and a cold prediction
+says it leaves out any other encoder's.
 """
 
 from __future__ import annotations
