@@ -67,7 +67,7 @@ def run_measured(obj: CliContext, profile_name: str, node_name: str, *,
     from servefleet.core.project import load_project
     from servefleet.core.secrets import SecretMask
     from servefleet.core.suggest import unknown_name
-    from servefleet.core.tune.report import table
+    from servefleet.core.tune.report import chart, table
     from servefleet.core.tune.slo import parse_slo
     from servefleet.core.tune.space import default_space, vllm_overlay
 
@@ -158,6 +158,9 @@ def run_measured(obj: CliContext, profile_name: str, node_name: str, *,
     else:
         say("")
         for line in table(outcome.control, outcome.trials, winner):
+            say(line)
+        say("")
+        for line in chart(outcome.control, outcome.trials):
             say(line)
         say(f"\n{outcome.deploys} deploy(s); {outcome.ended}; control moved "
             f"{outcome.drift:.1%} between its runs")

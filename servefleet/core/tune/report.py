@@ -76,3 +76,26 @@ def table(control: Trial, trials: Sequence[Trial], winner: Trial | None) -> list
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
             for row in rows]
+
+
+def chart(control: Trial, trials: Sequence[Trial], width: int = 40) -> list[str]:
+    """Throughput against the SLO, a bar per benched candidate (the control first): the bar
+    is the mean output throughput on one scale, ``|`` marks the control's, and each line
+    says whether the SLO held (``meets``) or which bound it missed. Candidates that never
+    reached a bench (refused, failed their gate, interrupted) are left to the table."""
+    benched = [t for t in [control, *trials] if t.figures.get(THROUGHPUT) is not None]
+    if not benched:
+        return []
+    top = max(t.figures[THROUGHPUT] for t in benched) or 1.0
+    mark = round((control.figures.get(THROUGHPUT) or 0.0) / top * width)
+    names = [("control: " if t.role == "control" else "") + t.label for t in benched]
+    pad = max(len(name) for name in names)
+    lines = [f"{'':{pad}}  out tok/s (| = the control), against the SLO"]
+    for name, trial in zip(names, benched, strict=True):
+        value = trial.figures[THROUGHPUT]
+        filled = round(value / top * width)
+        bar = "".join("█" if i < filled else ("|" if i == mark else " ")
+                      for i in range(width + 1))
+        slo = "meets" if trial.score is not None else f"misses: {trial.why}"
+        lines.append(f"{name:{pad}}  {bar} {value:,.1f}  {slo}".rstrip())
+    return lines
