@@ -279,6 +279,7 @@ def test_bench_weights(sim_fleet: FleetHandle) -> None:
 @pytest.mark.fleet
 @pytest.mark.pulumi
 @pytest.mark.slow
+@pytest.mark.bench_run
 def test_bench_gateway_switch(sim_fleet: FleetHandle) -> None:
     """The sim-gateway stack on this session's fleet as it runs (its stand-in engines boot
     in seconds), the shortest baseline, no failing release: a load through the gateway
@@ -311,6 +312,7 @@ def test_bench_gateway_switch(sim_fleet: FleetHandle) -> None:
 
 @pytest.mark.fleet
 @pytest.mark.slow
+@pytest.mark.bench_run
 def test_bench_tune(sim_fleet: FleetHandle) -> None:
     """The grid and the search over the smallest lattice (two points), the real vLLM CPU
     build on sim-spark-2: both measured the control before and after and left the node on
