@@ -235,6 +235,10 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "qwen3-vl-30b-a3b-text": ("qwen3-vl-30b-a3b", ("--language-model-only",)),
     # Fewer sequences: a smaller sampler peak, under which the encoder's own peak shows.
     "qwen3-vl-30b-a3b-s64": ("qwen3-vl-30b-a3b", ("--max-num-seqs", "64")),
+    # Mamba prefix caching (mode "all": a state block per attention block), and an encoder
+    # budget of two images (32,768 batched tokens), each predicted before it was booted.
+    "nemotron-nano-9b-v2-prefix": ("nemotron-nano-9b-v2", ("--enable-prefix-caching",)),
+    "qwen3-vl-30b-a3b-b32k": ("qwen3-vl-30b-a3b", ("--max-num-batched-tokens", "32768")),
 }
 """Boots of a model of :data:`MODELS` with settings other than vLLM's defaults: name →
 (model, extra ``vllm serve`` arguments)."""
