@@ -93,6 +93,12 @@ BOOTS = (
          (("language_model_only", True),)),
     Boot("qwen3-vl-30b-a3b-s64", 58.24, 67.85, 741_072, 22.62, "qwen3-vl-30b-a3b",
          (("max_num_seqs", 64),)),
+    # Predicted before booting (the commit that added them to bench/gpu/truth_models.py
+    # says the figures): Mamba prefix caching, and an encoder budget of two images.
+    Boot("nemotron-nano-9b-v2-prefix", 16.58, 109.31, 868_181, 26.49, "nemotron-nano-9b-v2",
+         (("enable_prefix_caching", True),)),
+    Boot("qwen3-vl-30b-a3b-b32k", 58.52, 64.07, 699_808, 21.36, "qwen3-vl-30b-a3b",
+         (("max_num_batched_tokens", 32768),)),
 )
 
 def _node(name: str, gpu: str, memory: float, cc: str, **more: object) -> Node:
