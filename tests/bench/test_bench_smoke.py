@@ -147,6 +147,15 @@ def test_bench_kvplan() -> None:
     assert all(err <= summary["tolerance"] for err in summary["worst"].values()), summary
 
 
+def test_bench_plan_stack() -> None:
+    """A small stack of several models planned and validated; every deployment planned (the
+    floor: a report of nothing planned would be fast)."""
+    figures = json.loads(run_bench("bench_plan_stack.py", "--profiles", "6", "--runs", "1",
+                                   "--json", timeout=120))
+    assert figures["planned"] == 6 and figures["models"] >= 6, figures
+    assert all(figures[k] > 0 for k in ("load_s", "plan_s", "validate_s")), figures
+
+
 def test_bench_watch(need_program: Callable[[str], str]) -> None:
     need_program("sshd")
     need_program("ssh-keygen")
