@@ -226,12 +226,13 @@ class PoolLayout:
             return (f"block {self.block_size} tokens, {self.attention_layers} attention layers, "
                     f"{self.page_bytes} B per layer block{sliding}{note}")
         pad = f", {self.padding_layers} padding layers" if self.padding_layers else ""
+        drafts = f" + {self.state_blocks}" if self.state_blocks else ""
+        held = (f"a state block per attention block{drafts}" if self.mamba_mode == "all"
+                else f"{self.state_blocks} state blocks")
         return (f"block {self.block_size} tokens, page {self.page_bytes:,} B, "
                 f"{self.attention_layers} attention + {self.state_layers} {self.state_kind} "
-                f"layers in "
-                f"{self.num_groups} groups of {self.group_size}{pad}, mamba cache "
-                f"'{self.mamba_mode}' ({self.state_blocks} state blocks per group per request)"
-                f"{note}")
+                f"layers in {self.num_groups} groups of {self.group_size}{pad}, mamba cache "
+                f"'{self.mamba_mode}' ({held} per group per request){note}")
 
 
 def layout(facts: ModelFacts, *, kv_dtype: str | None, num_spec: int = 0, mtp: bool = False,
