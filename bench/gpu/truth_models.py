@@ -35,6 +35,13 @@ def llama31_8b() -> dict[str, Any]:
     }
 
 
+def llama31_70b() -> dict[str, Any]:
+    """Llama-3.1-70B: dense, 80 layers, GQA 64/8, head 128 (booted tensor-parallel over two
+    GPUs: 131 GiB of bf16 weights)."""
+    return {**llama31_8b(), "hidden_size": 8192, "intermediate_size": 28672,
+            "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8}
+
+
 def qwen3_32b() -> dict[str, Any]:
     """Qwen3-32B: dense, 64 layers, GQA 64/8, head 128."""
     return {
@@ -208,6 +215,7 @@ MODELS: dict[str, Callable[[], dict[str, Any]]] = {
     "mistral-nemo-12b": mistral_nemo_12b,
     # Mamba-2 hybrids (NemotronH: the layout is hybrid_override_pattern) and vision-language
     # models (Qwen3-VL: the encoder is profiled on the V1 runner, the MoE one).
+    "llama31-70b": llama31_70b,
     "nemotron-nano-9b-v2": _published("nemotron-nano-9b-v2"),
     "nemotron-3-nano-30b-a3b": _published("nemotron-3-nano-30b-a3b"),
     "nemotron-h-8b": _published("nemotron-h-8b"),
@@ -238,6 +246,8 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     # Mamba prefix caching (mode "all": a state block per attention block), and an encoder
     # budget of two images (32,768 batched tokens), each predicted before it was booted.
     "nemotron-nano-9b-v2-prefix": ("nemotron-nano-9b-v2", ("--enable-prefix-caching",)),
+    # A 70B-shaped dense model over both GPUs of a two-GPU machine (one rank's pool).
+    "llama31-70b-tp2": ("llama31-70b", ("--tensor-parallel-size", "2")),
     "qwen3-vl-30b-a3b-b32k": ("qwen3-vl-30b-a3b", ("--max-num-batched-tokens", "32768")),
 }
 """Boots of a model of :data:`MODELS` with settings other than vLLM's defaults: name →
