@@ -136,9 +136,9 @@ def test_bench_kvplan() -> None:
     cpu_rows = lines_matching(out, r"^\| vllm-cpu-real/")
     assert len(cpu_rows) >= 1
     assert lines_matching(out, r"^worst h200 cold: fitted ±[\d.]+% \(10 boots\), held out "
-                               r"±[\d.]+% \(15 boots\)$")
+                               r"±[\d.]+% \(16 boots\)$")
     [counts] = lines_matching(out, r"^compared: \d+ cold, \d+ calibrated, \d+ CPU pools, "
-                                   r"25 H200 boots$")
+                                   r"26 H200 boots$")
     assert f"{len(cpu_rows)} CPU pools" in counts
     summary = json.loads(run_bench("bench_kvplan.py", "--json", timeout=60))
     # The floor: a report of nothing compared would be within any tolerance.

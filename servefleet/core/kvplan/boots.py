@@ -99,6 +99,9 @@ BOOTS = (
          (("enable_prefix_caching", True),)),
     Boot("qwen3-vl-30b-a3b-b32k", 58.52, 64.07, 699_808, 21.36, "qwen3-vl-30b-a3b",
          (("max_num_batched_tokens", 32768),)),
+    # A 70B-shaped dense model over two H200s (one rank's pool), predicted before booting.
+    Boot("llama31-70b-tp2", 65.74, 61.65, 404_000, 12.33, "llama31-70b",
+         (("tensor_parallel_size", 2),)),
 )
 
 def _node(name: str, gpu: str, memory: float, cc: str, **more: object) -> Node:

@@ -100,6 +100,12 @@ def test_the_cold_budget_is_within_tolerance(boot: tuple[Boot, str]) -> None:
 PEAK_TOLERANCE_GIB = 0.45
 """How far the modelled profiling peak (activations + sampler) may be from the printed
 ``peak activation``."""
+BASE_NOT_EXPLAINED = {
+    "llama31-70b-tp2": "a tensor-parallel rank prints 0.07 GiB of non-torch memory where one "
+                       "GPU alone prints 0.22-0.25: the 0.50 GiB base is 0.43 high there",
+}
+"""Boots whose printed non-torch memory the base does not match (each pool still within the
+tolerance): each must stay outside the base's band, so that a model of it shows here."""
 PEAK_NOT_EXPLAINED = {
     "qwen36-text-next-u80-b2048": "the hybrid's forward at 2,048 tokens peaks at 1.02 GiB; "
                                   "its modelled MoE caches and 64-row sampler take 0.31",
@@ -140,7 +146,10 @@ def test_the_reserve_parts_match_the_printed_ones(boot: tuple[Boot, str]) -> Non
         assert reserve.graphs == 0
     else:
         assert abs(reserve.graphs - graphs) <= GRAPH_TOLERANCE_GIB, (reserve.graphs, graphs)
-    assert non_torch <= reserve.base <= non_torch + 0.3, reserve.describe()
+    if row.name in BASE_NOT_EXPLAINED:
+        assert reserve.base > non_torch + 0.3, (row.name, reserve.base, non_torch)
+    else:
+        assert non_torch <= reserve.base <= non_torch + 0.3, reserve.describe()
 
 
 def test_the_held_out_boots_are_scored_like_the_fitted_ones() -> None:
@@ -151,9 +160,9 @@ def test_the_held_out_boots_are_scored_like_the_fitted_ones() -> None:
     to fit nothing but the vision encoder's per-patch terms (the 64-sequence Qwen3-VL boot)."""
     fitted = [b for b in BOOTS if b.fitted]
     held_out = [b for b in BOOTS if not b.fitted]
-    assert len(fitted) == 10 and len(held_out) == 15
+    assert len(fitted) == 10 and len(held_out) == 16
     assert {b.model or b.name for b in held_out} - {b.model or b.name for b in fitted} == {
-        "mixtral-8x7b", "mistral-nemo-12b", "nemotron-nano-9b-v2", "nemotron-h-8b",
+        "mixtral-8x7b", "mistral-nemo-12b", "llama31-70b", "nemotron-nano-9b-v2", "nemotron-h-8b",
         "nemotron-3-nano-30b-a3b", "qwen3-vl-8b", "qwen3-vl-30b-a3b"}
     for row in held_out:
         error = plan(row).available_kv_gib / row.available_gib - 1
