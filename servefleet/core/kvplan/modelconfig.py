@@ -228,8 +228,8 @@ def _refuse(source: str, field: str, value: Any, reason: str) -> ConfigError:
 
 def _check_modelled(text: dict[str, Any], source: str) -> None:
     """Refuse what the planner does not model (see the module docstring)."""
-    if nemotron_h(text):
-        _check_nemotron_h(text, source)
+    if nemotron_h(text):  # its layer kinds are read (and refused) by facts_from_config
+        _refuse_listed(text, source, NEMOTRON_H_NOT_MODELLED)
         return
     pattern = text.get("hybrid_override_pattern")
     if isinstance(pattern, str):
@@ -355,12 +355,6 @@ def _nemotron_h_kinds(text: dict[str, Any], source: str) -> list[str]:
     return [NEMOTRON_H_KINDS[str(k)] for k in items]
 
 
-def _check_nemotron_h(text: dict[str, Any], source: str) -> None:
-    """Refuse the Nemotron-H variants vLLM sizes differently (see the module docstring)."""
-    _nemotron_h_kinds(text, source)
-    _refuse_listed(text, source, NEMOTRON_H_NOT_MODELLED)
-
-
 def _mamba2(text: dict[str, Any], source: str) -> Mamba2Facts:
     """The Mamba-2 shapes of a Nemotron-H config (``n_groups``/``mamba_n_groups``,
     ``conv_kernel``/``mamba_d_conv``: transformers maps the older names)."""
@@ -466,50 +460,10 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
     mamba2 = None
     if nemotron_h(text):
         kinds = _nemotron_h_kinds(text, source)
-        layers = len(kinds)
-        types = None
         mamba2 = _mamba2(text, source)
+        full, linear, sliding = kinds.count("attention"), kinds.count("mamba"), 0
     else:
-        layers = _int(text, "num_hidden_layers", source)
-        types = text.get("layer_types")
-    sliding = 0
-    if mamba2 is not None:
-        full, linear = kinds.count("attention"), kinds.count("mamba")
-    elif not (isinstance(types, list) and types) and (pattern := _gemma3_pattern(text)):
-        types = ["sliding_attention" if (i + 1) % pattern else "full_attention"
-                 for i in range(layers)]
-    if mamba2 is None and isinstance(types, list) and types:
-        if len(types) != layers:
-            raise ConfigError(f"{source}: layer_types has {len(types)} entries but "
-                              f"num_hidden_layers is {layers}; fix the config")
-        full = sum(1 for t in types if t in ("full_attention", "attention"))
-        linear = sum(1 for t in types if t == "linear_attention")
-        sliding = sum(1 for t in types if t == "sliding_attention")
-        other = layers - full - linear - sliding
-        if other:
-            unknown = sorted({str(t) for t in types} - {"full_attention", "attention",
-                                                         "linear_attention",
-                                                         "sliding_attention"})
-            raise _refuse(source, "layer_types", unknown, (
-                f"layer types {unknown} are not modelled by the KV planner (only full, "
-                "sliding-window and linear attention)"))
-        if sliding and linear:
-            raise _refuse(source, "layer_types", sorted({str(t) for t in types}), (
-                f"{sliding} sliding-window layers beside {linear} Gated-DeltaNet layers: "
-                "the KV planner models either hybrid, not both in one model"))
-        window = text.get("sliding_window")
-        if sliding and (not isinstance(window, int) or isinstance(window, bool)
-                        or window <= 0):
-            raise _refuse(source, "sliding_window", window, (
-                f"{sliding} of {layers} layers are sliding_attention but the window is not "
-                "a positive integer; use the checkpoint's own config.json"))
-    elif mamba2 is None and "full_attention_interval" in text \
-            and "linear_num_value_heads" in text:
-        interval = _int(text, "full_attention_interval", source)
-        full = sum(1 for i in range(layers) if (i + 1) % interval == 0)
-        linear = layers - full
-    elif mamba2 is None:
-        full, linear = layers, 0
+        full, linear, sliding = _attention_layout(text, source)
     heads = _int(text, "num_attention_heads", source)
     kv_heads = int(text.get("num_key_value_heads") or heads)
     if mamba2 is not None:  # transformers' NemotronHConfig: head_dim 128 when unset
@@ -551,11 +505,53 @@ def facts_from_config(config: dict[str, Any], source: str) -> ModelFacts:
         moe=num_experts(text) > 0,
         vocab_size=_vocab(text),
         encoders=tuple(key for key in ENCODER_KEYS if isinstance(config.get(key), dict)),
-        vision=_vision(config, text, source),
+        vision=_vision(config, text),
     )
 
 
-def _vision(config: dict[str, Any], text: dict[str, Any], source: str) -> VisionFacts | None:
+def _attention_layout(text: dict[str, Any], source: str) -> tuple[int, int, int]:
+    """(full-attention, Gated-DeltaNet, sliding-window) layers of a config that is not
+    Nemotron-H's: from ``layer_types``, Gemma 3's pattern, or Qwen3-Next's
+    ``full_attention_interval``; else every layer is full attention."""
+    layers = _int(text, "num_hidden_layers", source)
+    types = text.get("layer_types")
+    if not (isinstance(types, list) and types) and (pattern := _gemma3_pattern(text)):
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention"
+                 for i in range(layers)]
+    if isinstance(types, list) and types:
+        if len(types) != layers:
+            raise ConfigError(f"{source}: layer_types has {len(types)} entries but "
+                              f"num_hidden_layers is {layers}; fix the config")
+        full = sum(1 for t in types if t in ("full_attention", "attention"))
+        linear = sum(1 for t in types if t == "linear_attention")
+        sliding = sum(1 for t in types if t == "sliding_attention")
+        other = layers - full - linear - sliding
+        if other:
+            unknown = sorted({str(t) for t in types} - {"full_attention", "attention",
+                                                         "linear_attention",
+                                                         "sliding_attention"})
+            raise _refuse(source, "layer_types", unknown, (
+                f"layer types {unknown} are not modelled by the KV planner (only full, "
+                "sliding-window and linear attention)"))
+        if sliding and linear:
+            raise _refuse(source, "layer_types", sorted({str(t) for t in types}), (
+                f"{sliding} sliding-window layers beside {linear} Gated-DeltaNet layers: "
+                "the KV planner models either hybrid, not both in one model"))
+        window = text.get("sliding_window")
+        if sliding and (not isinstance(window, int) or isinstance(window, bool)
+                        or window <= 0):
+            raise _refuse(source, "sliding_window", window, (
+                f"{sliding} of {layers} layers are sliding_attention but the window is not "
+                "a positive integer; use the checkpoint's own config.json"))
+        return full, linear, sliding
+    if "full_attention_interval" in text and "linear_num_value_heads" in text:
+        interval = _int(text, "full_attention_interval", source)
+        full = sum(1 for i in range(layers) if (i + 1) % interval == 0)
+        return full, layers - full, 0
+    return layers, 0, 0
+
+
+def _vision(config: dict[str, Any], text: dict[str, Any]) -> VisionFacts | None:
     """:class:`VisionFacts` of a Qwen3-VL-style checkpoint (its ``vision_config``; the merger
     projects to the text model's ``hidden_size`` when ``out_hidden_size`` is absent);
     ``None`` where a width is missing: the encoder is then not modelled, and said so."""
