@@ -24,7 +24,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from servefleet.adapters.gateway.follow import GatewayFollow
+from servefleet.adapters.gateway.runtime_api import RuntimeApi
 from servefleet.core.gateway.render import RenderedGateway, render_gateway
+from servefleet.core.gateway.routes import resolve_routes
 from servefleet.core.models.gateway import GatewayConfig
 from servefleet.core.project import Project, load_project
 from tests.reference_project import REPO_ROOT
@@ -200,3 +203,25 @@ def show_info(admin_port: int) -> dict[str, str]:
             data += chunk
     pairs = (line.split(":", 1) for line in data.decode().splitlines() if ":" in line)
     return {key.strip(): value.strip() for key, value in pairs}
+
+
+SPARK1, SPARK2 = "dgx-spark-1/main", "dgx-spark-2/main"
+"""The two Sparks' ``main`` deployments, the engines a pair of tests' routes share."""
+
+
+def pair_project(e1: Engine, e2: Engine, **gateway: object) -> Project:
+    """:func:`loopback_project` with both Sparks' ``main`` on ``e1`` and ``e2`` and a gateway
+    on free ports (10 s to drain and to re-admit; ``gateway`` overrides, camelCase)."""
+    return loopback_project({SPARK1: e1.port, SPARK2: e2.port}, {
+        "node": "rtx5090", "port": free_port(), "adminPort": free_port(),
+        "drainTimeoutSeconds": 10, "readyTimeoutSeconds": 10, **gateway})
+
+
+def follow_in(project: Project, api: RuntimeApi, **kwargs: bool) -> GatewayFollow:
+    """The project's gateway followed through ``api``."""
+    return GatewayFollow(project.stack.gateway, resolve_routes(project), api, **kwargs)
+
+
+def rotation(api: RuntimeApi) -> dict[str, str]:
+    """Each server's rotation (``serving``, ``out``…) as the gateway reports it now."""
+    return {s.server: s.rotation for s in api.servers()}

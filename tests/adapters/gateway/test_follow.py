@@ -8,9 +8,15 @@ import time
 from pathlib import Path
 
 import pytest
-from live_gateway import Engine, engines, free_port, loopback_project, running_gateway
+from live_gateway import (
+    engines,
+    follow_in,
+    pair_project,
+    rotation,
+    running_gateway,
+)
 
-from servefleet.adapters.gateway.follow import GatewayFollow, OutageRefused
+from servefleet.adapters.gateway.follow import OutageRefused
 from servefleet.adapters.gateway.runtime_api import (
     RuntimeApi,
     api_through,
@@ -18,33 +24,15 @@ from servefleet.adapters.gateway.runtime_api import (
     wait_for,
 )
 from servefleet.adapters.runtime.ssh.transport import SshTransport
-from servefleet.core.gateway.routes import resolve_routes
-from servefleet.core.project import Project
-
-SPARK1, SPARK2 = "dgx-spark-1/main", "dgx-spark-2/main"
-
-
-def _pair(e1: Engine, e2: Engine, **gateway: object) -> Project:
-    return loopback_project({SPARK1: e1.port, SPARK2: e2.port}, {
-        "node": "rtx5090", "port": free_port(), "adminPort": free_port(),
-        "drainTimeoutSeconds": 10, "readyTimeoutSeconds": 10, **gateway})
-
-
-def _follow(project: Project, api: RuntimeApi, **kwargs: bool) -> GatewayFollow:
-    return GatewayFollow(project.stack.gateway, resolve_routes(project), api, **kwargs)
-
-
-def _rotation(api: RuntimeApi) -> dict[str, str]:
-    return {s.server: s.rotation for s in api.servers()}
 
 
 def test_drain_waits_for_the_request_in_flight_and_sends_new_ones_elsewhere(
         haproxy: str, tmp_path: Path) -> None:
     with engines(2) as (e1, e2):
-        project = _pair(e1, e2)
+        project = pair_project(e1, e2)
         with running_gateway(haproxy, project, tmp_path / "gw") as gw:
             api = RuntimeApi(local_connect("127.0.0.1", gw.admin_port))
-            follow = _follow(project, api)
+            follow = follow_in(project, api)
             e1.delay = 2.0
             e2.delay = 2.0
             # Two slow requests: leastconn puts one on each engine.
@@ -61,7 +49,7 @@ def test_drain_waits_for_the_request_in_flight_and_sends_new_ones_elsewhere(
             waited = time.monotonic() - started
             assert 0.5 < waited < 5, waited
             assert "no request in flight" in said[-1]
-            assert _rotation(api)["dgx-spark-1.main"] == "out"
+            assert rotation(api)["dgx-spark-1.main"] == "out"
             e1.delay = e2.delay = 0.0
             before = len(e1.bodies)
             ports = {gw.post("/v1/completions", {"model": "qwen36", "prompt": "new"})[1]["port"]
@@ -71,7 +59,7 @@ def test_drain_waits_for_the_request_in_flight_and_sends_new_ones_elsewhere(
                 thread.join()
             assert len(answers) == 2  # the request in flight on the drained engine finished
             follow.readmit("dgx-spark-1", "main", said.append)
-            assert _rotation(api) == {"dgx-spark-1.main": "serving",
+            assert rotation(api) == {"dgx-spark-1.main": "serving",
                                       "dgx-spark-2.main": "serving"}
             # The timeline a load test counts a drained engine's share against.
             assert [(e.what, e.server) for e in follow.events] == [
@@ -82,16 +70,16 @@ def test_drain_waits_for_the_request_in_flight_and_sends_new_ones_elsewhere(
 def test_draining_the_last_serving_engine_of_a_route_is_refused(haproxy: str,
                                                                 tmp_path: Path) -> None:
     with engines(2) as (e1, e2):
-        project = _pair(e1, e2)
+        project = pair_project(e1, e2)
         with running_gateway(haproxy, project, tmp_path / "gw") as gw:
             api = RuntimeApi(local_connect("127.0.0.1", gw.admin_port))
-            follow = _follow(project, api)
+            follow = follow_in(project, api)
             follow.drain("dgx-spark-1", "main", lambda line: None)
             with pytest.raises(OutageRefused, match="last engine serving route m0"):
                 follow.drain("dgx-spark-2", "main", lambda line: None)
-            assert _rotation(api)["dgx-spark-2.main"] == "serving"
+            assert rotation(api)["dgx-spark-2.main"] == "serving"
             # Told to: the outage is the operator's choice.
-            _follow(project, api, allow_outage=True).drain("dgx-spark-2", "main",
+            follow_in(project, api, allow_outage=True).drain("dgx-spark-2", "main",
                                                            lambda line: None)
             assert gw.post("/v1/completions", {"model": "qwen36", "prompt": "x"})[0] == 503
 
@@ -99,43 +87,43 @@ def test_draining_the_last_serving_engine_of_a_route_is_refused(haproxy: str,
 def test_an_engine_that_fails_the_gateway_check_is_not_admitted(haproxy: str,
                                                                tmp_path: Path) -> None:
     with engines(2) as (e1, e2):
-        project = _pair(e1, e2, readyTimeoutSeconds=3)
+        project = pair_project(e1, e2, readyTimeoutSeconds=3)
         with running_gateway(haproxy, project, tmp_path / "gw") as gw:
             api = RuntimeApi(local_connect("127.0.0.1", gw.admin_port))
-            follow = _follow(project, api)
+            follow = follow_in(project, api)
             follow.drain("dgx-spark-1", "main", lambda line: None)
             e1.healthy = False  # its engine stopped: the gateway's check sees it down
             wait_for(api, lambda now: not {s.server: s.up for s in now}["dgx-spark-1.main"],
                      timeout=15)
             with pytest.raises(Exception, match="health check does not pass within 3 s"):
                 follow.readmit("dgx-spark-1", "main", lambda line: None)
-            assert _rotation(api)["dgx-spark-1.main"] == "out"
+            assert rotation(api)["dgx-spark-1.main"] == "out"
 
 
 def test_a_rollout_failing_before_its_drain_leaves_the_gateway_as_it_was(
         haproxy: str, tmp_path: Path) -> None:
     with engines(2) as (e1, e2):
-        project = _pair(e1, e2)
+        project = pair_project(e1, e2)
         with running_gateway(haproxy, project, tmp_path / "gw") as gw:
             api = RuntimeApi(local_connect("127.0.0.1", gw.admin_port))
             api.set_state("m0", "dgx-spark-1.main", "maint")  # the operator's, by hand
-            _follow(project, api).readmit_if_drained("dgx-spark-1", "main", lambda line: None)
+            follow_in(project, api).readmit_if_drained("dgx-spark-1", "main", lambda line: None)
             assert {s.server: s.admin for s in api.servers()}["dgx-spark-1.main"] == "maint"
 
 
 def test_runtime_api_through_a_real_sshd_forwarded_channel(haproxy: str, tmp_path: Path,
                                                            sshd) -> None:  # type: ignore[no-untyped-def]
     with engines(2) as (e1, e2):
-        project = _pair(e1, e2)
+        project = pair_project(e1, e2)
         with running_gateway(haproxy, project, tmp_path / "gw") as gw, \
                 SshTransport(sshd.node()) as transport:
             api = api_through(transport, gw.admin_port)
-            follow = _follow(project, api)
+            follow = follow_in(project, api)
             follow.drain("dgx-spark-2", "main", lambda line: None)
-            assert _rotation(api) == {"dgx-spark-1.main": "serving",
+            assert rotation(api) == {"dgx-spark-1.main": "serving",
                                       "dgx-spark-2.main": "out"}
             follow.readmit("dgx-spark-2", "main", lambda line: None)
-            assert _rotation(api)["dgx-spark-2.main"] == "serving"
+            assert rotation(api)["dgx-spark-2.main"] == "serving"
 
 
 def test_a_drained_lane_falls_through_to_the_model_s_other_engines(haproxy: str,
@@ -144,11 +132,11 @@ def test_a_drained_lane_falls_through_to_the_model_s_other_engines(haproxy: str,
     the model's catch-all route, so the drain is no outage; the catch-all's last engine
     still is."""
     with engines(2) as (e1, e2):
-        project = _pair(e1, e2, routes=[
+        project = pair_project(e1, e2, routes=[
             {"model": "qwen36", "promptOverBytes": 1000, "to": ["dgx-spark-2"]}])
         with running_gateway(haproxy, project, tmp_path / "gw") as gw:
             api = RuntimeApi(local_connect("127.0.0.1", gw.admin_port))
-            follow = _follow(project, api)
+            follow = follow_in(project, api)
             long_body = {"model": "qwen36", "prompt": "x" * 2000}
             assert gw.post("/v1/completions", long_body)[1]["port"] == e2.port
             follow.drain("dgx-spark-2", "main", lambda line: None)

@@ -6,26 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from live_gateway import Engine, engines, free_port, loopback_project, running_gateway
+from live_gateway import (
+    SPARK1,
+    engines,
+    follow_in,
+    free_port,
+    loopback_project,
+    pair_project,
+    rotation,
+    running_gateway,
+)
 
-from servefleet.adapters.gateway.follow import GatewayFollow, OutageRefused
+from servefleet.adapters.gateway.follow import OutageRefused
 from servefleet.adapters.gateway.runtime_api import RuntimeApi, local_connect
 from servefleet.adapters.tune import TuneOutcome, drained_search
-from servefleet.core.gateway.routes import resolve_routes
-from servefleet.core.project import Project
 from servefleet.core.tune.search import Trial
-
-SPARK1, SPARK2 = "dgx-spark-1/main", "dgx-spark-2/main"
-
-
-def _pair(e1: Engine, e2: Engine) -> Project:
-    return loopback_project({SPARK1: e1.port, SPARK2: e2.port}, {
-        "node": "rtx5090", "port": free_port(), "adminPort": free_port(),
-        "drainTimeoutSeconds": 10, "readyTimeoutSeconds": 10})
-
-
-def _rotation(api: RuntimeApi) -> dict[str, str]:
-    return {s.server: s.rotation for s in api.servers()}
 
 
 def _outcome(serving: str | None) -> TuneOutcome:
@@ -35,14 +30,14 @@ def _outcome(serving: str | None) -> TuneOutcome:
 def test_the_search_runs_drained_and_the_gated_node_is_readmitted_after(
         haproxy: str, tmp_path: Path) -> None:
     with engines(2) as (e1, e2):
-        project = _pair(e1, e2)
+        project = pair_project(e1, e2)
         with running_gateway(haproxy, project, tmp_path / "gw") as gw:
             api = RuntimeApi(local_connect("127.0.0.1", gw.admin_port))
-            follow = GatewayFollow(project.stack.gateway, resolve_routes(project), api)
+            follow = follow_in(project, api)
             seen: dict[str, object] = {}
 
             def search() -> TuneOutcome:
-                seen["rotation"] = _rotation(api)["dgx-spark-1.main"]
+                seen["rotation"] = rotation(api)["dgx-spark-1.main"]
                 seen["ports"] = {gw.post("/v1/completions", {"model": "qwen36", "prompt": "x"})
                                  [1]["port"] for _ in range(6)}
                 return _outcome("qwen36-fp8")
@@ -51,7 +46,7 @@ def test_the_search_runs_drained_and_the_gated_node_is_readmitted_after(
             drained_search(follow, "dgx-spark-1", "main", said.append, search)
             # Every user request during the search went to the other engine.
             assert seen == {"rotation": "out", "ports": {e2.port}}
-            assert _rotation(api) == {"dgx-spark-1.main": "serving",
+            assert rotation(api) == {"dgx-spark-1.main": "serving",
                                       "dgx-spark-2.main": "serving"}
             assert said[-1] == "serving in the gateway again"
 
@@ -60,10 +55,10 @@ def test_the_search_runs_drained_and_the_gated_node_is_readmitted_after(
 def test_a_search_that_leaves_no_gated_profile_leaves_the_node_out_of_rotation(
         haproxy: str, tmp_path: Path, ends: str) -> None:
     with engines(2) as (e1, e2):
-        project = _pair(e1, e2)
+        project = pair_project(e1, e2)
         with running_gateway(haproxy, project, tmp_path / "gw") as gw:
             api = RuntimeApi(local_connect("127.0.0.1", gw.admin_port))
-            follow = GatewayFollow(project.stack.gateway, resolve_routes(project), api)
+            follow = follow_in(project, api)
 
             def search() -> TuneOutcome:
                 if ends == "interrupted":
@@ -76,7 +71,7 @@ def test_a_search_that_leaves_no_gated_profile_leaves_the_node_out_of_rotation(
                     drained_search(follow, "dgx-spark-1", "main", said.append, search)
             else:
                 drained_search(follow, "dgx-spark-1", "main", said.append, search)
-            assert _rotation(api)["dgx-spark-1.main"] == "out"
+            assert rotation(api)["dgx-spark-1.main"] == "out"
             assert said[-1] == ("gateway: dgx-spark-1/main stays out of rotation; a rollout "
                                 "of it that passes its gate (`servefleet deploy dgx-spark-1`) "
                                 "re-admits it")
@@ -89,12 +84,12 @@ def test_the_last_engine_of_a_route_is_refused_before_the_search_starts(
             "node": "rtx5090", "port": free_port(), "adminPort": free_port()})
         with running_gateway(haproxy, project, tmp_path / "gw") as gw:
             api = RuntimeApi(local_connect("127.0.0.1", gw.admin_port))
-            follow = GatewayFollow(project.stack.gateway, resolve_routes(project), api)
+            follow = follow_in(project, api)
             started: list[bool] = []
             with pytest.raises(OutageRefused, match="last engine serving route"):
                 drained_search(follow, "dgx-spark-1", "main", lambda line: None,
                                lambda: started.append(True) or _outcome("p"))
-            assert not started and _rotation(api)["dgx-spark-1.main"] == "serving"
+            assert not started and rotation(api)["dgx-spark-1.main"] == "serving"
 
 
 def test_without_a_gateway_the_search_just_runs() -> None:
