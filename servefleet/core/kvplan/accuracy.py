@@ -52,6 +52,8 @@ def _reserve(*, unified: bool, version: tuple[int, ...], tokens: int, seqs: int,
                          activation_bytes_per_token=QWEN36_ACTIVATION_BYTES,
                          vocab_size=QWEN36_VOCAB,
                          native_sampler=native_profiling_sampler(version, {}),
+                         # Every row's encoder budget (≤ 16,384 batched tokens) holds one
+                         # image, whatever its context: a long one stands for them all.
                          encoder=vision_encoder(QWEN36_VISION, max_num_batched_tokens=tokens,
                                                 max_num_seqs=seqs, max_model_len=1 << 20))
 
